@@ -1,0 +1,46 @@
+# leafbus: `make test` is what CI runs (.ci/run) and what a newcomer runs on a fresh
+# Debian machine; it installs the servers the tests need, then runs every test with -race.
+
+GO ?= go
+
+# The Debian packages whose binaries testenv starts (private instances on loopback).
+DEPS_PKGS := mariadb-server mariadb-client zookeeper
+DEPS_FILES := /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/share/java/zookeeper.jar
+
+.PHONY: all test deps build vet fmt bench
+
+all: build
+
+build:
+	$(GO) build ./...
+
+# deps installs MariaDB and ZooKeeper when any of their files is missing; it does nothing
+# (in about 0.1 s) when they are there. apt needs root: as another user it says what to run.
+deps:
+	@missing=""; for f in $(DEPS_FILES); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing java"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "make deps: missing:$$missing; installing $(DEPS_PKGS)"; \
+	if [ "$$(id -u)" != 0 ]; then \
+		if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else \
+			echo "make deps: run as root: apt-get install -y --no-install-recommends $(DEPS_PKGS)" >&2; exit 1; fi; \
+	fi; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEPS_PKGS) >/dev/null && \
+	echo "make deps: installed $(DEPS_PKGS)"
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+# test: every package against real servers, with the race detector. The suite is kept
+# well under 20 minutes on 2 cores; the timeout is the backstop for a hang.
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+# bench: the Go benchmarks (BENCHMARKS.md explains each number and cmd/bench).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
