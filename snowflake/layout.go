@@ -1,0 +1,96 @@
+package snowflake
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Layout says how an ID's 63 usable bits are split and where time starts. It is a plain value:
+// the generator that encodes and the code that decodes must use the same one.
+type Layout struct {
+	Epoch        int64 // Unix ms that timestamp 0 stands for; Leaf's default 1288834974657 (2010-11-04T01:42:54.657Z)
+	TimeBits     int   // bits of milliseconds since Epoch; 41 gives about 69.7 years
+	WorkerBits   int   // bits of worker ID; 10 gives workers 0 to 1023
+	SequenceBits int   // bits of per-millisecond sequence; 12 gives 4096 IDs per ms per worker
+}
+
+// Decoded is an ID taken apart by [Layout.Decode].
+type Decoded struct {
+	ID        int64
+	Timestamp int64 // Unix ms (the epoch added back)
+	WorkerID  int64
+	Sequence  int64
+}
+
+// leafEpoch is Leaf's (and Twitter's) epoch, 2010-11-04T01:42:54.657Z.
+const leafEpoch = 1288834974657
+
+// idBits is how many bits an ID has besides the sign bit, which stays 0.
+const idBits = 63
+
+// DefaultLayout returns Leaf's layout: epoch 1288834974657, 41 time bits, 10 worker bits,
+// 12 sequence bits.
+func DefaultLayout() Layout {
+	return Layout{Epoch: leafEpoch, TimeBits: 41, WorkerBits: 10, SequenceBits: 12}
+}
+
+// Validate reports, wrapping [ErrInvalidConfig], the first thing wrong with l: a part of
+// fewer than 1 bit, parts not summing to 63 bits, or an epoch before 1970 or so late that
+// the last encodable timestamp would not fit in an int64.
+func (l Layout) Validate() error {
+	for _, f := range []struct {
+		name string
+		bits int
+	}{{"TimeBits", l.TimeBits}, {"WorkerBits", l.WorkerBits}, {"SequenceBits", l.SequenceBits}} {
+		if f.bits < 1 {
+			return fmt.Errorf("%w: layout %s is %d, must be at least 1", ErrInvalidConfig, f.name, f.bits)
+		}
+	}
+	// Each part is at least 1, so a sum of 63 keeps each part at 61 or less and no shift
+	// below overflows.
+	if sum := l.TimeBits + l.WorkerBits + l.SequenceBits; sum != idBits {
+		return fmt.Errorf("%w: layout bits sum to %d (TimeBits %d + WorkerBits %d + SequenceBits %d), must be %d",
+			ErrInvalidConfig, sum, l.TimeBits, l.WorkerBits, l.SequenceBits, idBits)
+	}
+	if l.Epoch < 0 {
+		return fmt.Errorf("%w: layout Epoch is %d, must be at least 0 (Unix ms)", ErrInvalidConfig, l.Epoch)
+	}
+	if limit := math.MaxInt64 - l.timeMask(); l.Epoch > limit {
+		return fmt.Errorf("%w: layout Epoch is %d, must be at most %d with %d time bits",
+			ErrInvalidConfig, l.Epoch, limit, l.TimeBits)
+	}
+	return nil
+}
+
+// MaxWorkerID returns the largest worker ID the layout holds (1023 by default).
+func (l Layout) MaxWorkerID() int64 { return 1<<l.WorkerBits - 1 }
+
+// MaxSequence returns the largest sequence number within one millisecond (4095 by default).
+func (l Layout) MaxSequence() int64 { return 1<<l.SequenceBits - 1 }
+
+// MaxTimestamp returns the last Unix ms the layout can encode (2080-07-10T17:30:30.208Z by
+// default). Only meaningful for a layout that passes Validate.
+func (l Layout) MaxTimestamp() int64 { return l.Epoch + l.timeMask() }
+
+func (l Layout) timeMask() int64 { return 1<<l.TimeBits - 1 }
+
+// Decode takes id apart. It returns [ErrInvalidID] for id <= 0 and the validation error for
+// an invalid layout; every positive int64 decodes under a valid layout.
+func (l Layout) Decode(id int64) (Decoded, error) {
+	if err := l.Validate(); err != nil {
+		return Decoded{}, err
+	}
+	if id <= 0 {
+		return Decoded{}, fmt.Errorf("%w: %d is not positive", ErrInvalidID, id)
+	}
+	return Decoded{
+		ID:        id,
+		Timestamp: id>>(l.WorkerBits+l.SequenceBits) + l.Epoch,
+		WorkerID:  id >> l.SequenceBits & l.MaxWorkerID(),
+		Sequence:  id & l.MaxSequence(),
+	}, nil
+}
+
+// Time returns d's timestamp as a UTC time.
+func (d Decoded) Time() time.Time { return time.UnixMilli(d.Timestamp).UTC() }
