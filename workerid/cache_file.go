@@ -1,0 +1,89 @@
+package workerid
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// CacheFile is the node's local copy of its record (Leaf's workerID.properties), read at
+// start-up when the forever bucket cannot be. Save replaces the file atomically, so a
+// crash leaves either the old or the new record, never a torn one.
+//
+// A CacheFile is used by one heartbeat at a time; Load may run concurrently with Save.
+type CacheFile struct {
+	Path string
+}
+
+// CacheEntry is the content of the cache file.
+type CacheEntry struct {
+	NodeID    string `json:"node_id"`
+	WorkerID  int64  `json:"worker_id"`
+	Timestamp int64  `json:"timestamp"`
+}
+
+// Load reads the file. A missing file is an error wrapping ErrNoRecord; a file that
+// cannot be read or parsed is any other error (it may have hidden a higher record, so
+// callers must not treat it as missing).
+func (c CacheFile) Load() (CacheEntry, error) {
+	b, err := os.ReadFile(c.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return CacheEntry{}, fmt.Errorf("cache file %s: %w", c.Path, ErrNoRecord)
+	}
+	if err != nil {
+		return CacheEntry{}, fmt.Errorf("read cache file: %w", err)
+	}
+	var e CacheEntry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return CacheEntry{}, fmt.Errorf("cache file %s is not a record (%q): %w", c.Path, b, err)
+	}
+	return e, nil
+}
+
+// Save writes e to a temporary file in the same directory, syncs it, renames it over the
+// path and syncs the directory, so the rename itself survives a power cut. The directory
+// is created when missing.
+func (c CacheFile) Save(e CacheEntry) (err error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode cache record: %w", err)
+	}
+	dir := filepath.Dir(c.Path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create cache directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(c.Path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("create temporary cache file: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(b); err != nil {
+		return fmt.Errorf("write cache file: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("sync cache file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close cache file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), c.Path); err != nil {
+		return fmt.Errorf("replace cache file: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open cache directory to sync it: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync cache directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,393 @@
+package workerid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/nats-io/nats.go"
+)
+
+// ErrClockBehindRecord is returned by Guard.Start when the clock reads earlier than a
+// record of timestamps already used (this node's own, or its worker ID's) by more than
+// ClockWaitMax: the clock was set back, and issuing now could repeat IDs.
+var ErrClockBehindRecord = errors.New("clock is behind the record")
+
+// ErrPeerSkew is returned by Guard.Start at a node's first start when its clock is
+// further than PeerSkewMax from the mean of the running dispensers' clocks.
+var ErrPeerSkew = errors.New("clock disagrees with the peers")
+
+// ErrRecordUnavailable is returned by Guard.Start for a permanent worker ID when the
+// forever bucket cannot be read and there is no cache file record either: nothing tells
+// which timestamps this node already used.
+var ErrRecordUnavailable = errors.New("no readable record")
+
+// Guard defaults.
+const (
+	DefaultHeartbeatInterval = 3 * time.Second // Leaf's
+	DefaultBorrowMax         = time.Second     // --borrow-max
+	// DefaultPeerSkewMax is --peer-skew-max. NTP keeps healthy hosts within milliseconds
+	// of each other and a request over NATS adds milliseconds more, so 5 s never trips
+	// on a sane clock, while it catches the real faults (a dead RTC, a wrong time zone,
+	// an unsynced VM). It is also a bound on harm: a node that starts d ahead and is
+	// later corrected must wait about d at its next restart (or refuse, past
+	// --clock-wait-max), and a few heartbeats' worth of that is tolerable.
+	DefaultPeerSkewMax = 5 * time.Second
+	// DefaultPeerWindow is how long the peer check collects answers. Dispensers answer
+	// from memory in well under 10 ms on a LAN; 250 ms leaves room for a loaded peer
+	// without delaying a first start noticeably.
+	DefaultPeerWindow  = 250 * time.Millisecond
+	DefaultReadTimeout = 2 * time.Second
+)
+
+// NodeIDHeader names the responding node on answers to <prefix>.time, so a starting
+// node can ignore its own answer.
+const NodeIDHeader = "Leaf-Node-Id"
+
+// TimeSubject is the subject of the peer time check for a prefix ("leaf.time").
+func TimeSubject(prefix string) string { return prefix + ".time" }
+
+// GuardConfig configures a Guard. Zero durations take the defaults.
+type GuardConfig struct {
+	// NodeID is this dispenser's identity: its key in the forever bucket. Required.
+	NodeID string
+	// Prefix is the subject prefix; the peer check asks <Prefix>.time. Default "leaf".
+	Prefix string
+	// Forever is the forever bucket; nil when the deployment keeps none.
+	Forever *Forever
+	// Cache is the local cache file; nil when none is kept.
+	Cache *CacheFile
+	// Conn is used for the peer time check; nil skips it.
+	Conn *nats.Conn
+	// Clock is the wall clock, the generator's; nil means snowflake.SystemClock().
+	Clock snowflake.Clock
+	// HeartbeatInterval (3 s) and BorrowMax (1 s) must be at least the heartbeat's: the
+	// floor is record + HeartbeatInterval + BorrowMax, the most the previous run's
+	// generator may have been allowed past its record. BorrowMax must also be at least
+	// the generator's BorrowMax; a larger value only lengthens the start-up wait, which is
+	// why 0 means the default rather than no borrowing.
+	HeartbeatInterval time.Duration
+	BorrowMax         time.Duration
+	// ClockWaitMax is how far behind a record the clock may be at start and be waited
+	// out instead of refused (--clock-wait-max), beyond the BorrowMax that borrowed
+	// timestamps legitimately put a record ahead (and PeerSkewMax more for a previous
+	// holder's record). 0 waits out only that.
+	ClockWaitMax time.Duration
+	// PeerSkewMax is the largest distance from the peers' mean clock accepted at a first
+	// start (--peer-skew-max, 5 s).
+	PeerSkewMax time.Duration
+	// PeerWindow is how long the peer check collects answers (250 ms).
+	PeerWindow time.Duration
+	// ReadTimeout bounds reading the forever bucket (2 s); on timeout the cache file is
+	// used.
+	ReadTimeout time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c GuardConfig) withDefaults() GuardConfig {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Clock == nil {
+		c.Clock = snowflake.SystemClock()
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.BorrowMax == 0 {
+		c.BorrowMax = DefaultBorrowMax
+	}
+	if c.PeerSkewMax == 0 {
+		c.PeerSkewMax = DefaultPeerSkewMax
+	}
+	if c.PeerWindow == 0 {
+		c.PeerWindow = DefaultPeerWindow
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks the configuration (after defaults); errors wrap ErrInvalidConfig or
+// ErrInvalidNodeID and name the field, value and bound.
+func (c GuardConfig) Validate() error {
+	c = c.withDefaults()
+	if err := CheckNodeID(c.NodeID); err != nil {
+		return fmt.Errorf("clock guard: %w", err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"BorrowMax", c.BorrowMax},
+		{"PeerSkewMax", c.PeerSkewMax}, {"PeerWindow", c.PeerWindow}, {"ReadTimeout", c.ReadTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: clock guard: %s %s must be positive", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	if c.ClockWaitMax < 0 {
+		return fmt.Errorf("%w: clock guard: ClockWaitMax %s is negative", ErrInvalidConfig, c.ClockWaitMax)
+	}
+	return nil
+}
+
+// Guard is the start-up clock check (Leaf's "check the forever node" step, made strict):
+// it reads every record of timestamps already used, refuses a clock that is behind them,
+// checks a first start against the peers' clocks, and waits until the clock is past the
+// most the previous run may have issued.
+type Guard struct {
+	cfg GuardConfig
+}
+
+// NewGuard validates cfg and returns a Guard.
+func NewGuard(cfg GuardConfig) (*Guard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Guard{cfg: cfg.withDefaults()}, nil
+}
+
+// recordSource is one record Start consults.
+type recordSource struct {
+	name string // e.g. "KV leaf_forever/node-1"
+	ts   int64
+	own  bool // written by this node (its clock), not by a previous holder of the ID
+}
+
+// allowance is how far a record may be ahead of the clock without the clock being wrong.
+// A record holds the highest timestamp issued, which may have been borrowed up to
+// BorrowMax ahead of the clock that wrote it, so a quick restart after a clean stop finds
+// its own record ahead by up to that much; a previous holder's clock may also differ from
+// ours by up to PeerSkewMax, the peer check's bound. Both are waited out, ClockWaitMax on
+// top.
+func (g *Guard) allowance(s recordSource) time.Duration {
+	a := g.cfg.ClockWaitMax + g.cfg.BorrowMax
+	if !s.own {
+		a += g.cfg.PeerSkewMax
+	}
+	return a
+}
+
+// Start checks the clock for lease's worker ID before the generator is created and
+// returns its Floor: no timestamp <= floor may be issued (0 when there is no record).
+//
+// It reads this node's record from the forever bucket (falling back to the cache file
+// alone when the bucket cannot be read), the cache file, and lease.Recorded(). A clock
+// behind one of them is waited out when the gap is within its allowance (ClockWaitMax +
+// BorrowMax, + PeerSkewMax for a previous holder's record) and refused with
+// ErrClockBehindRecord otherwise. With R the highest record, the floor is R + HeartbeatInterval +
+// BorrowMax and Start waits until the clock is past it, so a restart right after a crash
+// never repeats a timestamp even if the clock was set back. When the node has no record
+// of its own (a first start), its clock is first compared with its peers' (ErrPeerSkew).
+//
+// Start returns early with ctx's error when ctx ends.
+func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error) {
+	log := g.cfg.Logger.With("node_id", g.cfg.NodeID, "worker_id", lease.WorkerID())
+	sources, own, err := g.readRecords(ctx, lease, log)
+	if err != nil {
+		return 0, err
+	}
+	now := g.cfg.Clock.Now().UnixMilli()
+	var rec recordSource
+	for _, s := range sources {
+		if s.ts > rec.ts {
+			rec = s
+		}
+		if s.ts <= now {
+			continue
+		}
+		gap, allowed := msDuration(s.ts-now), g.allowance(s)
+		if gap > allowed {
+			parts := fmt.Sprintf("clock-wait-max %s + borrow-max %s", g.cfg.ClockWaitMax, g.cfg.BorrowMax)
+			if !s.own {
+				parts += fmt.Sprintf(" + peer-skew-max %s for another node's record", g.cfg.PeerSkewMax)
+			}
+			return 0, fmt.Errorf("%w: the clock reads %s, %s behind the record %s from %s (allowed %s: %s): the clock was set back; fix it, or raise --clock-wait-max to wait it out",
+				ErrClockBehindRecord, fmtMs(now), gap, fmtMs(s.ts), s.name, allowed, parts)
+		}
+		log.Warn("the clock is behind a record; waiting it out",
+			"clock", fmtMs(now), "record", fmtMs(s.ts), "source", s.name, "gap", gap, "allowed", allowed)
+	}
+
+	if !own {
+		if err := g.checkPeers(ctx, log); err != nil {
+			return 0, err
+		}
+	}
+	if rec.ts == 0 {
+		log.Info("no record of earlier timestamps: starting without a floor")
+		return 0, nil
+	}
+
+	floor = rec.ts + (g.cfg.HeartbeatInterval + g.cfg.BorrowMax).Milliseconds()
+	if now = g.cfg.Clock.Now().UnixMilli(); now <= floor {
+		log.Info(fmt.Sprintf("waiting %s past the last record (%s from %s) plus heartbeat interval %s and borrow-max %s",
+			msDuration(floor-now+1), fmtMs(rec.ts), rec.name, g.cfg.HeartbeatInterval, g.cfg.BorrowMax),
+			"floor", fmtMs(floor))
+	}
+	if err := waitPast(ctx, g.cfg.Clock, floor); err != nil {
+		return 0, fmt.Errorf("clock guard: waiting to pass the floor %s: %w", fmtMs(floor), err)
+	}
+	log.Info("clock check passed", "floor", fmtMs(floor), "record", fmtMs(rec.ts), "source", rec.name)
+	return floor, nil
+}
+
+// readRecords collects the records for Start. own reports whether the node has a record
+// of its own (forever bucket, cache file, or a permanent ID's registry record), which
+// decides whether the peer check runs.
+func (g *Guard) readRecords(ctx context.Context, lease Lease, log *slog.Logger) (sources []recordSource, own bool, err error) {
+	kvOK := g.cfg.Forever == nil // nothing to read counts as read
+	if f := g.cfg.Forever; f != nil {
+		rctx, cancel := context.WithTimeout(ctx, g.cfg.ReadTimeout)
+		r, err := f.Get(rctx, g.cfg.NodeID)
+		cancel()
+		switch {
+		case err == nil:
+			kvOK = true
+			sources = append(sources, recordSource{"KV " + f.Bucket() + "/" + g.cfg.NodeID, r.Timestamp, true})
+		case errors.Is(err, ErrNoRecord):
+			kvOK = true
+		case ctx.Err() != nil:
+			return nil, false, fmt.Errorf("clock guard: %w", ctx.Err())
+		default:
+			log.Warn("forever bucket unreachable: using the cache file alone", "bucket", f.Bucket(), "err", err)
+		}
+	}
+	cacheOK := false
+	if c := g.cfg.Cache; c != nil {
+		e, err := c.Load()
+		switch {
+		case err == nil:
+			cacheOK = true
+			name := "cache file " + c.Path
+			if e.NodeID != g.cfg.NodeID {
+				// Kept anyway: a higher floor is always safe, a missed one is not.
+				name += " (written by node " + e.NodeID + ")"
+				log.Warn("cache file was written by another node ID; using its record anyway", "path", c.Path, "cache_node_id", e.NodeID)
+			}
+			sources = append(sources, recordSource{name, e.Timestamp, true})
+		case errors.Is(err, ErrNoRecord):
+		default:
+			return nil, false, fmt.Errorf("clock guard: %w (remove the file only if this node never issued IDs, or restore it)", err)
+		}
+	}
+	if !kvOK && !cacheOK && lease.TTL() == 0 {
+		return nil, false, fmt.Errorf("%w: the forever bucket cannot be read and there is no cache file record, so nothing tells which timestamps worker ID %d already used; retry when NATS is back",
+			ErrRecordUnavailable, lease.WorkerID())
+	}
+	own = len(sources) > 0
+	if rt := lease.Recorded(); rt > 0 {
+		// A permanent ID is this node's alone, so its registry record is the node's own;
+		// a leased one may be a previous holder's, which says little about this clock.
+		mine := lease.TTL() == 0
+		sources = append(sources, recordSource{fmt.Sprintf("the registry's record for worker ID %d", lease.WorkerID()), rt, mine})
+		own = own || mine
+	}
+	return sources, own, nil
+}
+
+// checkPeers asks every running dispenser for its clock and compares the mean with ours.
+func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
+	nc := g.cfg.Conn
+	if nc == nil {
+		log.Info("first start without a NATS connection: peer time check skipped")
+		return nil
+	}
+	subject := TimeSubject(g.cfg.Prefix)
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("clock guard: peer time check: subscribe: %w", err)
+	}
+	defer sub.Unsubscribe()
+
+	msg := nats.NewMsg(subject)
+	msg.Reply = inbox
+	msg.Header.Set(NodeIDHeader, g.cfg.NodeID)
+	sent := g.cfg.Clock.Now()
+	if err := nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("clock guard: peer time check: ask %s: %w", subject, err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.PeerWindow)
+	defer cancel()
+	var sum float64 // ms, peer clock minus ours
+	n := 0
+	for {
+		m, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("clock guard: peer time check: %w", ctx.Err())
+			}
+			break // the window is over
+		}
+		recv := g.cfg.Clock.Now()
+		if m.Header.Get("Status") == "503" { // the server's "no responders": nobody runs
+			continue
+		}
+		if peer := m.Header.Get(NodeIDHeader); peer == g.cfg.NodeID {
+			continue // our own responder
+		}
+		peerMs, err := strconv.ParseInt(strings.TrimSpace(string(m.Data)), 10, 64)
+		if err != nil {
+			log.Warn("peer time check: ignoring an answer that is not Unix ms", "peer", m.Header.Get(NodeIDHeader), "body", string(m.Data))
+			continue
+		}
+		// Compare with our clock half-way between asking and hearing back: the peer read
+		// its clock somewhere in between.
+		mid := sent.Add(recv.Sub(sent) / 2).UnixMilli()
+		sum += float64(peerMs - mid)
+		n++
+	}
+	if n == 0 {
+		log.Info("peer time check: no other dispenser answered (first node)", "subject", subject, "window", g.cfg.PeerWindow)
+		return nil
+	}
+	meanOffset := int64(math.Round(sum / float64(n)))
+	own := sent.UnixMilli()
+	mean := own + meanOffset
+	diff := msDuration(absInt64(meanOffset))
+	if diff > g.cfg.PeerSkewMax {
+		return fmt.Errorf("%w: this node's clock reads %s, the mean of %d peers' clocks is %s: %s apart (peer-skew-max %s); fix the clock",
+			ErrPeerSkew, fmtMs(own), n, fmtMs(mean), diff, g.cfg.PeerSkewMax)
+	}
+	log.Info("peer time check passed", "peers", n, "clock", fmtMs(own), "peers_mean", fmtMs(mean), "difference", diff)
+	return nil
+}
+
+// waitPast returns once clock reads later than ts (Unix ms). It sleeps in short steps so
+// that ctx is honoured and a clock step during the wait is noticed.
+func waitPast(ctx context.Context, clock snowflake.Clock, ts int64) error {
+	const step = 50 * time.Millisecond
+	for {
+		now := clock.Now().UnixMilli()
+		if now > ts {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		clock.Sleep(min(msDuration(ts-now+1), step))
+	}
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+func absInt64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

@@ -1,0 +1,227 @@
+package workerid
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leafbus/leafbus/snowflake"
+)
+
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+const t0ms = int64(1772600767000) // t0 in Unix ms
+
+func TestGuardStartRecords(t *testing.T) {
+	if t0.UnixMilli() != t0ms {
+		t.Fatalf("t0ms = %d, want %d", t0ms, t0.UnixMilli())
+	}
+	env := startJS(t)
+	forever := openForever(t, env.js)
+	const margin = 4000 // HeartbeatInterval 3s + BorrowMax 1s
+	tests := []struct {
+		name         string
+		kv, cache    int64 // records, 0: none
+		recorded     int64
+		ttl          time.Duration
+		clockWaitMax time.Duration
+		wantErr      error
+		wantMsg      []string
+		wantFloor    int64
+	}{
+		{name: "OK/no record", wantFloor: 0},
+		{name: "OK/waits past the floor", kv: t0ms - 500, wantFloor: t0ms - 500 + margin},
+		{name: "OK/highest record wins", kv: t0ms - 5000, cache: t0ms - 1000, recorded: t0ms - 3000, wantFloor: t0ms - 1000 + margin},
+		{name: "OK/previous holder's record", recorded: t0ms - 200, ttl: 30 * time.Second, wantFloor: t0ms - 200 + margin},
+		{name: "OK/clock behind within ClockWaitMax", kv: t0ms + 3000, clockWaitMax: 5 * time.Second, wantFloor: t0ms + 3000 + margin},
+		// A clean stop records borrowed timestamps, up to BorrowMax ahead of the clock.
+		{name: "OK/own record ahead by borrowed time", kv: t0ms + 800, wantFloor: t0ms + 800 + margin},
+		// A previous holder's clock may also be PeerSkewMax ahead of ours.
+		{name: "OK/previous holder ahead within skew", recorded: t0ms + 5500, ttl: 30 * time.Second, wantFloor: t0ms + 5500 + margin},
+		{name: "ErrClockBehindRecord/KV", kv: t0ms + 3000, wantErr: ErrClockBehindRecord,
+			wantMsg: []string{"2026-03-04T05:06:07.000Z", "2026-03-04T05:06:10.000Z", "3s behind", "KV leaf_forever/", "allowed 1s"}},
+		{name: "ErrClockBehindRecord/cache", kv: t0ms - 9000, cache: t0ms + 1500, wantErr: ErrClockBehindRecord,
+			wantMsg: []string{"2026-03-04T05:06:08.500Z", "1.5s behind", "cache file"}},
+		{name: "ErrClockBehindRecord/registry", recorded: t0ms + 60_000, ttl: 30 * time.Second, wantErr: ErrClockBehindRecord,
+			wantMsg: []string{"1m0s behind", "registry's record for worker ID 7", "peer-skew-max 5s"}},
+		{name: "ErrClockBehindRecord/beyond ClockWaitMax", kv: t0ms + 3000, clockWaitMax: 1500 * time.Millisecond, wantErr: ErrClockBehindRecord,
+			wantMsg: []string{"clock-wait-max 1.5s", "allowed 2.5s"}},
+		// A lower own record still refuses even when a previous holder's is higher and allowed.
+		{name: "ErrClockBehindRecord/own record among others", cache: t0ms + 2000, recorded: t0ms + 4000, ttl: 30 * time.Second,
+			wantErr: ErrClockBehindRecord, wantMsg: []string{"cache file"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			node := fmt.Sprintf("node%d", i)
+			if tt.kv != 0 {
+				must(t, "Put", forever.Put(ctx, node, Record{WorkerID: 7, Timestamp: tt.kv}))
+			}
+			cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
+			if tt.cache != 0 {
+				must(t, "Save", cache.Save(CacheEntry{NodeID: node, WorkerID: 7, Timestamp: tt.cache}))
+			}
+			clock := snowflake.NewFakeClock(t0)
+			g, err := NewGuard(GuardConfig{NodeID: node, Forever: forever, Cache: cache, Clock: clock,
+				ClockWaitMax: tt.clockWaitMax, Logger: testLogger(t)})
+			must(t, "NewGuard", err)
+			floor, err := g.Start(ctx, &fakeLease{id: 7, ttl: tt.ttl, recorded: tt.recorded})
+			if tt.wantErr != nil {
+				wantErrIs(t, "Start", err, tt.wantErr)
+				for _, s := range tt.wantMsg {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("Start error %q does not name %q", err, s)
+					}
+				}
+				return
+			}
+			must(t, "Start", err)
+			if floor != tt.wantFloor {
+				t.Fatalf("floor = %s, want %s", fmtMs(floor), fmtMs(tt.wantFloor))
+			}
+			now := clock.Now().UnixMilli()
+			if floor > 0 && now <= floor {
+				t.Fatalf("Start returned at %s, not past the floor %s", fmtMs(now), fmtMs(floor))
+			}
+			if floor == 0 && clock.Slept() != 0 {
+				t.Fatalf("Start slept %s without a record", clock.Slept())
+			}
+		})
+	}
+}
+
+// Leaf hole: when ZooKeeper is unreachable Leaf starts from its cache file and skips the
+// check of the clock against the recorded time. Here the forever bucket being down must
+// not weaken the check: the cache file's record still refuses a clock set back.
+func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 20*time.Second)
+	forever := openForever(t, env.js)
+	must(t, "Put", forever.Put(ctx, "n1", Record{WorkerID: 1, Timestamp: t0ms - 60_000}))
+	dir := t.TempDir()
+	ahead := &CacheFile{Path: filepath.Join(dir, "ahead.json")}
+	must(t, "Save", ahead.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: t0ms + 2000}))
+	behind := &CacheFile{Path: filepath.Join(dir, "behind.json")}
+	must(t, "Save", behind.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: t0ms - 1000}))
+	missing := &CacheFile{Path: filepath.Join(dir, "missing.json")}
+	env.srv.Stop()
+
+	start := func(cache *CacheFile, lease Lease) (int64, error) {
+		g, err := NewGuard(GuardConfig{NodeID: "n1", Forever: forever, Cache: cache, Clock: snowflake.NewFakeClock(t0),
+			ReadTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
+		must(t, "NewGuard", err)
+		return g.Start(ctx, lease)
+	}
+	permanent := &fakeLease{id: 1}
+
+	_, err := start(ahead, permanent)
+	wantErrIs(t, "Start with KV down and the cache file ahead", err, ErrClockBehindRecord)
+	if !strings.Contains(err.Error(), "cache file") {
+		t.Fatalf("error %q should say the record came from the cache file", err)
+	}
+
+	floor, err := start(behind, permanent)
+	must(t, "Start with KV down and the cache file behind", err)
+	if floor != t0ms-1000+4000 {
+		t.Fatalf("floor = %s, want the cache record + 4s", fmtMs(floor))
+	}
+
+	_, err = start(missing, permanent)
+	wantErrIs(t, "Start with KV down, no cache file, permanent ID", err, ErrRecordUnavailable)
+
+	// An expiring lease carries its own record of the ID's timestamps.
+	floor, err = start(missing, &fakeLease{id: 1, ttl: 30 * time.Second, recorded: t0ms - 2000})
+	must(t, "Start with KV down, no cache file, leased ID", err)
+	if floor != t0ms-2000+4000 {
+		t.Fatalf("floor = %s, want the lease's record + 4s", fmtMs(floor))
+	}
+}
+
+func TestGuardPeerCheck(t *testing.T) {
+	env := startJS(t)
+	responder := func(node string, clock snowflake.Clock) {
+		t.Helper()
+		r, err := NewTimeResponder(env.srv.Connect(t), "leaf", node, clock, testLogger(t))
+		must(t, "NewTimeResponder", err)
+		must(t, "Start", r.Start())
+		t.Cleanup(r.Stop)
+	}
+	start := func(node string, clock snowflake.Clock, forever *Forever) error {
+		t.Helper()
+		g, err := NewGuard(GuardConfig{NodeID: node, Conn: env.nc, Clock: clock, Forever: forever, Logger: testLogger(t)})
+		must(t, "NewGuard", err)
+		_, err = g.Start(testCtx(t, 10*time.Second), &fakeLease{id: 1})
+		return err
+	}
+	real := snowflake.SystemClock()
+
+	must(t, "Start with no peers", start("first", real, nil))
+
+	responder("p1", real)
+	responder("p2", real)
+	err := start("skewed", offsetClock{10 * time.Second}, nil)
+	wantErrIs(t, "Start with a clock 10s ahead of two peers", err, ErrPeerSkew)
+	for _, s := range []string{"2 peers", "peer-skew-max 5s"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not name %q", err, s)
+		}
+	}
+	must(t, "Start with a clock in line with the peers", start("fine", real, nil))
+
+	// The node's own responder (here with a wild clock) must not count as a peer.
+	responder("self", offsetClock{time.Hour})
+	must(t, "Start with the node's own responder an hour off", start("self", real, nil))
+
+	// A node with a record of its own is checked against that record, not the peers.
+	forever := openForever(t, env.js)
+	must(t, "Put", forever.Put(testCtx(t, 5*time.Second), "known", Record{WorkerID: 1, Timestamp: time.Now().UnixMilli() - 60_000}))
+	must(t, "Start of a known node 10s ahead", start("known", offsetClock{10 * time.Second}, forever))
+}
+
+func TestGuardConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     GuardConfig
+		wantErr error
+	}{
+		{"OK", GuardConfig{NodeID: "n"}, nil},
+		{"ErrInvalidNodeID", GuardConfig{NodeID: ""}, ErrInvalidNodeID},
+		{"ErrInvalidConfig/ClockWaitMax", GuardConfig{NodeID: "n", ClockWaitMax: -time.Second}, ErrInvalidConfig},
+		{"ErrInvalidConfig/BorrowMax", GuardConfig{NodeID: "n", BorrowMax: -time.Second}, ErrInvalidConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.wantErr == nil {
+				must(t, "Validate", err)
+				return
+			}
+			wantErrIs(t, "Validate", err, tt.wantErr)
+		})
+	}
+}
+
+// Start's waits end with its context, so a dispenser told to stop while waiting out a
+// record does not hang.
+func TestGuardStartWaitEndsWithContext(t *testing.T) {
+	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
+	must(t, "Save", cache.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: time.Now().UnixMilli() + 30_000}))
+	g, err := NewGuard(GuardConfig{NodeID: "n1", Cache: cache, ClockWaitMax: time.Hour, Logger: testLogger(t)})
+	must(t, "NewGuard", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Start(ctx, &fakeLease{id: 1})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		wantErrIs(t, "Start", err, context.DeadlineExceeded)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start kept waiting after its context ended")
+	}
+}

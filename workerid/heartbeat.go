@@ -1,0 +1,530 @@
+package workerid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/leafbus/leafbus/snowflake"
+)
+
+// ErrNotRecorded is the reason the generator is suspended from NewHeartbeat until the
+// first beat that records a timestamp where a restart (or the next holder of the ID) will
+// read it; Beat also returns it (wrapped) when a beat recorded nothing that counts.
+var ErrNotRecorded = errors.New("heartbeat record not written")
+
+// ErrStopped is the reason the generator is suspended at a clean stop, and what Beat
+// returns after Run has returned.
+var ErrStopped = errors.New("heartbeat stopped")
+
+// Heartbeat defaults.
+const (
+	DefaultClockJumpMax = time.Hour
+	DefaultWriteTimeout = 2 * time.Second
+	DefaultStopTimeout  = 5 * time.Second
+)
+
+// Generator is the part of *snowflake.Generator the heartbeat drives.
+type Generator interface {
+	// Issued is the highest timestamp issued (Unix ms), possibly ahead of the clock.
+	Issued() int64
+	// SetCeiling forbids timestamps > ts.
+	SetCeiling(ts int64)
+	// Suspend makes the generator refuse with an error wrapping err until Resume.
+	Suspend(err error)
+	Resume()
+}
+
+var _ Generator = (*snowflake.Generator)(nil)
+
+// Monotonic returns the time elapsed since some fixed point; unlike the wall clock it
+// never steps. The heartbeat measures lease age and clock jumps with it.
+type Monotonic func() time.Duration
+
+// SystemMonotonic is the process's monotonic clock (Go's monotonic time readings).
+func SystemMonotonic() Monotonic {
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
+}
+
+// nonRecording is implemented by leases whose Renew stores the timestamp nowhere (the
+// static registry): their Renew succeeding does not make the record durable.
+type nonRecording interface{ recordsNothing() bool }
+
+// HeartbeatConfig configures a Heartbeat. Zero durations take the defaults.
+type HeartbeatConfig struct {
+	// NodeID is this dispenser's key in the forever bucket. Required.
+	NodeID string
+	// Lease is the worker ID the generator uses. Required.
+	Lease Lease
+	// Generator is the snowflake generator for Lease's worker ID. Required.
+	Generator Generator
+	// Forever and Cache are where this node's record goes; either may be nil.
+	Forever *Forever
+	Cache   *CacheFile
+	// Clock is the generator's clock; nil means snowflake.SystemClock().
+	Clock snowflake.Clock
+	// Interval between beats (3 s) and BorrowMax (1 s): the ceiling is record + Interval
+	// + BorrowMax, so both must be at most the Guard's values, and BorrowMax at least the
+	// generator's.
+	Interval  time.Duration
+	BorrowMax time.Duration
+	// ClockJumpMax is how far the wall clock may run ahead of where the monotonic clock
+	// puts it before the record stops following it (1 h).
+	ClockJumpMax time.Duration
+	// Monotonic is the elapsed-time source; nil means SystemMonotonic().
+	Monotonic Monotonic
+	// WriteTimeout bounds each write of a beat (2 s); StopTimeout bounds the final writes
+	// and the release at a clean stop (5 s).
+	WriteTimeout time.Duration
+	StopTimeout  time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c HeartbeatConfig) withDefaults() HeartbeatConfig {
+	if c.Clock == nil {
+		c.Clock = snowflake.SystemClock()
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultHeartbeatInterval
+	}
+	if c.BorrowMax == 0 {
+		c.BorrowMax = DefaultBorrowMax
+	}
+	if c.ClockJumpMax == 0 {
+		c.ClockJumpMax = DefaultClockJumpMax
+	}
+	if c.Monotonic == nil {
+		c.Monotonic = SystemMonotonic()
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks the configuration (after defaults); errors wrap ErrInvalidConfig or
+// ErrInvalidNodeID.
+func (c HeartbeatConfig) Validate() error {
+	c = c.withDefaults()
+	if err := CheckNodeID(c.NodeID); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if c.Lease == nil || c.Generator == nil {
+		return fmt.Errorf("%w: heartbeat: Lease and Generator are required", ErrInvalidConfig)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"Interval", c.Interval}, {"BorrowMax", c.BorrowMax}, {"ClockJumpMax", c.ClockJumpMax},
+		{"WriteTimeout", c.WriteTimeout}, {"StopTimeout", c.StopTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: heartbeat: %s %s must be positive", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	if ttl := c.Lease.TTL(); ttl > 0 && ttl < 4*c.Interval {
+		return fmt.Errorf("%w: heartbeat: lease TTL %s is shorter than 4 x the interval %s (%s): the generator is suspended at TTL/2 without a renewal, which must span two failed beats",
+			ErrInvalidConfig, ttl, c.Interval, 4*c.Interval)
+	}
+	return nil
+}
+
+// HeartbeatStats is a snapshot for monitoring ($SRV.STATS). Times are Unix ms.
+type HeartbeatStats struct {
+	WorkerID int64 `json:"worker_id"`
+	// Record is the last timestamp recorded (attempted), Ceiling the generator's ceiling
+	// (0 before the first successful beat).
+	Record  int64 `json:"record"`
+	Ceiling int64 `json:"ceiling"`
+	// LastSuccess is the wall-clock time of the last beat that advanced the ceiling.
+	LastSuccess         time.Time `json:"last_success,omitzero"`
+	ConsecutiveFailures int       `json:"consecutive_failures"`
+	Suspended           bool      `json:"suspended"`
+	SuspendReason       string    `json:"suspend_reason,omitempty"`
+	LeaseLost           bool      `json:"lease_lost"`
+	// ClockMinusRecordMs is the clock minus Record at the last beat: negative while the
+	// record is ahead (borrowed timestamps, or the clock stepped back).
+	ClockMinusRecordMs int64 `json:"clock_minus_record_ms"`
+	// ClockJumpMs is the wall clock minus where the monotonic clock says it should be.
+	ClockJumpMs int64 `json:"clock_jump_ms"`
+	// ForwardJumps counts jumps beyond ClockJumpMax; ForwardJumpActive is true while one
+	// lasts (the record is capped meanwhile).
+	ForwardJumps      int  `json:"forward_jumps"`
+	ForwardJumpActive bool `json:"forward_jump_active"`
+}
+
+// Heartbeat keeps the record of the highest timestamp issued, in the forever bucket, the
+// cache file and the registry (Lease.Renew), every Interval, and keeps the generator
+// within what those records vouch for:
+//
+//   - the record R is max(previous R, generator.Issued(), clock), the clock capped at
+//     ClockJumpMax past where the monotonic clock puts it (a bad NTP step cannot poison
+//     the record);
+//   - after a beat that made R durable the generator's ceiling becomes R + Interval +
+//     BorrowMax, which is exactly what Guard.Start waits out at the next start. For a
+//     permanent ID (TTL 0) any of the three stores counts, since a restart of this node
+//     reads all of them; for an expiring lease only Renew counts, since the next holder
+//     reads only the registry;
+//   - an expiring lease not renewed for more than TTL/2 suspends the generator at once
+//     (a timer, not the next beat) and a later renewal resumes it; a Renew that reports
+//     ErrLeaseLost suspends it for good and Run returns that error.
+type Heartbeat struct {
+	cfg      HeartbeatConfig
+	log      *slog.Logger
+	margin   int64 // Interval + BorrowMax, ms
+	durable  bool  // Renew success makes the record durable
+	ttl      time.Duration
+	kick     chan struct{}
+	beatMu   sync.Mutex // one beat at a time (Lease.Renew is single-caller)
+	anchorW  time.Time
+	anchorM  time.Duration
+	jumpMaxM int64
+
+	mu          sync.Mutex
+	record      int64
+	base        int64 // highest record counted durable: the ceiling's base
+	ceiling     int64
+	lastOK      time.Duration // monotonic start of the last renewal that counted
+	lastSuccess time.Time
+	failures    int
+	beats       int // beats attempted
+	suspendedBy error
+	lostErr     error
+	stopped     bool
+	clockMinus  int64
+	jumpMs      int64
+	jumps       int
+	jumpActive  bool
+}
+
+// NewHeartbeat validates cfg and returns a Heartbeat. It suspends the generator with
+// ErrNotRecorded until the first successful beat sets its ceiling: the dispenser calls
+// Beat once right after start-up, then Run.
+func NewHeartbeat(cfg HeartbeatConfig) (*Heartbeat, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	durable := true
+	if nr, ok := cfg.Lease.(nonRecording); ok && nr.recordsNothing() {
+		durable = false
+	}
+	h := &Heartbeat{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node_id", cfg.NodeID, "worker_id", cfg.Lease.WorkerID()),
+		margin:   (cfg.Interval + cfg.BorrowMax).Milliseconds(),
+		durable:  durable,
+		ttl:      cfg.Lease.TTL(),
+		kick:     make(chan struct{}, 1),
+		anchorW:  cfg.Clock.Now(),
+		anchorM:  cfg.Monotonic(),
+		jumpMaxM: cfg.ClockJumpMax.Milliseconds(),
+	}
+	h.lastOK = h.anchorM
+	h.suspendedBy = fmt.Errorf("%w: waiting for the first heartbeat", ErrNotRecorded)
+	cfg.Generator.Suspend(h.suspendedBy)
+	return h, nil
+}
+
+// Beat runs one round: compute the record, write it to the forever bucket, the cache
+// file and the lease, and raise the ceiling (resuming the generator if the heartbeat had
+// suspended it) when the record became durable. It returns an error wrapping
+// ErrNotRecorded when it did not, wrapping ErrLeaseLost when the ID is someone else's
+// now, and ErrStopped after Run returned. Writes that failed while another counted are
+// logged, not returned.
+func (h *Heartbeat) Beat(ctx context.Context) error {
+	h.beatMu.Lock()
+	defer h.beatMu.Unlock()
+	h.mu.Lock()
+	lost, stopped := h.lostErr, h.stopped
+	h.mu.Unlock()
+	switch {
+	case stopped:
+		return ErrStopped
+	case lost != nil:
+		return lost
+	}
+
+	ts := h.nextRecord()
+	h.mu.Lock()
+	h.beats++
+	h.mu.Unlock()
+	var errs []error
+	wrote := h.writeOwn(ctx, ts, &errs)
+
+	renewStart := h.cfg.Monotonic()
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+	err := h.cfg.Lease.Renew(rctx, ts)
+	cancel()
+	if errors.Is(err, ErrLeaseLost) {
+		h.loseLease(err)
+		return err
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("renew lease: %w", err))
+	}
+
+	counts := wrote || (err == nil && h.durable)
+	if h.ttl > 0 {
+		counts = err == nil
+	}
+	if !counts {
+		return h.failed(ctx, ts, errs)
+	}
+	h.succeeded(ts, renewStart)
+	if len(errs) > 0 {
+		h.log.Warn("heartbeat: some record writes failed", "record", fmtMs(ts), "err", errors.Join(errs...))
+	}
+	return nil
+}
+
+// writeOwn writes the node's own record to the forever bucket and the cache file and
+// reports whether either succeeded.
+func (h *Heartbeat) writeOwn(ctx context.Context, ts int64, errs *[]error) bool {
+	wrote := false
+	if f := h.cfg.Forever; f != nil {
+		wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
+		err := f.Put(wctx, h.cfg.NodeID, Record{WorkerID: h.cfg.Lease.WorkerID(), Timestamp: ts})
+		cancel()
+		if err != nil {
+			*errs = append(*errs, err)
+		} else {
+			wrote = true
+		}
+	}
+	if c := h.cfg.Cache; c != nil {
+		if err := c.Save(CacheEntry{NodeID: h.cfg.NodeID, WorkerID: h.cfg.Lease.WorkerID(), Timestamp: ts}); err != nil {
+			*errs = append(*errs, err)
+		} else {
+			wrote = true
+		}
+	}
+	return wrote
+}
+
+// nextRecord computes the record for this beat and updates the clock statistics.
+func (h *Heartbeat) nextRecord() int64 {
+	issued := h.cfg.Generator.Issued()
+	now := h.cfg.Clock.Now().UnixMilli()
+	expected := h.anchorW.Add(h.cfg.Monotonic() - h.anchorM).UnixMilli()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clockTS := now
+	if limit := expected + h.jumpMaxM; now > limit {
+		clockTS = limit
+		if !h.jumpActive {
+			h.jumpActive = true
+			h.jumps++
+			h.log.Error("wall clock jumped forward beyond clock-jump-max: the record will not follow it; the generator stops at its ceiling until the clock is fixed and the dispenser restarted",
+				"clock", fmtMs(now), "monotonic_now", fmtMs(expected), "jump", msDuration(now-expected), "clock_jump_max", h.cfg.ClockJumpMax)
+		}
+	} else if h.jumpActive {
+		h.jumpActive = false
+		h.log.Warn("wall clock back within clock-jump-max of the monotonic clock", "clock", fmtMs(now), "monotonic_now", fmtMs(expected))
+	}
+	ts := max(h.record, issued, clockTS)
+	h.record = ts
+	h.clockMinus = now - ts
+	h.jumpMs = now - expected
+	return ts
+}
+
+func (h *Heartbeat) succeeded(ts int64, renewStart time.Duration) {
+	h.mu.Lock()
+	if ts > h.base {
+		h.base = ts
+		h.ceiling = ts + h.margin
+		h.cfg.Generator.SetCeiling(h.ceiling)
+	}
+	h.lastOK = renewStart
+	first := h.lastSuccess.IsZero()
+	h.lastSuccess = h.cfg.Clock.Now()
+	if h.failures > 0 {
+		h.log.Info("heartbeat recovered", "failed_beats", h.failures, "record", fmtMs(ts))
+	}
+	h.failures = 0
+	if h.suspendedBy != nil {
+		if first {
+			// The generator starts suspended until the first record is written: not news.
+			h.log.Info("first heartbeat recorded: issuing", "record", fmtMs(ts), "ceiling", fmtMs(h.ceiling))
+		} else {
+			h.log.Warn("generator resumed", "was", h.suspendedBy.Error(), "record", fmtMs(ts), "ceiling", fmtMs(h.ceiling))
+		}
+		h.suspendedBy = nil
+		h.cfg.Generator.Resume()
+	}
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Heartbeat) failed(ctx context.Context, ts int64, errs []error) error {
+	err := fmt.Errorf("%w: record %s: %w", ErrNotRecorded, fmtMs(ts), errors.Join(errs...))
+	if ctx.Err() != nil {
+		return err // shutting down: not a failure of the stores
+	}
+	h.mu.Lock()
+	h.failures++
+	n, ceiling := h.failures, h.ceiling
+	h.mu.Unlock()
+	h.log.Warn("heartbeat failed: the ceiling stays put", "consecutive_failures", n, "ceiling", fmtMs(ceiling), "err", err)
+	return err
+}
+
+func (h *Heartbeat) loseLease(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lostErr = err
+	h.suspendedBy = err
+	h.cfg.Generator.Suspend(err)
+	h.log.Error("worker ID lease lost: generator suspended for good; the dispenser must restart to get a new ID",
+		"last_renewal", h.lastSuccess, "err", err)
+}
+
+// expire suspends the generator when an expiring lease has gone more than TTL/2 without
+// a renewal. It returns how long until the deadline should be checked again.
+func (h *Heartbeat) expire() time.Duration {
+	half := h.ttl / 2
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	since := h.cfg.Monotonic() - h.lastOK
+	if since <= half {
+		return half - since + time.Millisecond
+	}
+	if h.suspendedBy == nil && !h.stopped {
+		h.suspendedBy = fmt.Errorf("%w: worker ID %d not renewed for %s (lease TTL %s, suspended at TTL/2)",
+			ErrLeaseLost, h.cfg.Lease.WorkerID(), since.Round(time.Millisecond), h.ttl)
+		h.cfg.Generator.Suspend(h.suspendedBy)
+		h.log.Error("worker ID lease not renewed for over half its TTL: generator suspended",
+			"since_last_renewal", since.Round(time.Millisecond), "ttl", h.ttl, "last_renewal", h.lastSuccess, "now", h.cfg.Clock.Now())
+	}
+	return half
+}
+
+// watchLease runs expire on a timer until done is closed; a successful beat re-arms it.
+func (h *Heartbeat) watchLease(done <-chan struct{}) {
+	t := time.NewTimer(h.expire())
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-h.kick:
+		case <-t.C:
+		}
+		t.Reset(h.expire())
+	}
+}
+
+// Run beats every Interval until ctx ends or the lease is lost. It beats at once when
+// Beat was never called. When ctx ends it stops cleanly: suspend the generator (no more
+// IDs), write the final record to the forever bucket and the cache file, then release
+// the lease with it; it returns nil then (failed final writes are logged: they cannot
+// endanger uniqueness, the ceiling never passed the last durable record's bound). After
+// a lost lease it returns an error wrapping ErrLeaseLost at once, leaving the generator
+// suspended. Run's goroutines have ended when it returns.
+func (h *Heartbeat) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	if h.ttl > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.watchLease(done)
+		}()
+	}
+	defer func() {
+		close(done)
+		wg.Wait()
+	}()
+
+	h.mu.Lock()
+	beats := h.beats
+	h.mu.Unlock()
+	if beats == 0 {
+		if err := h.Beat(ctx); errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+	}
+	ticker := time.NewTicker(h.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.stop(ctx)
+			return nil
+		case <-ticker.C:
+			if err := h.Beat(ctx); errors.Is(err, ErrLeaseLost) {
+				return err
+			}
+		}
+	}
+}
+
+// stop is the clean stop: suspend, final record, release.
+func (h *Heartbeat) stop(ctx context.Context) {
+	h.beatMu.Lock()
+	defer h.beatMu.Unlock()
+	h.mu.Lock()
+	h.stopped = true
+	lost := h.lostErr
+	if lost == nil {
+		h.suspendedBy = ErrStopped
+		h.cfg.Generator.Suspend(ErrStopped)
+	}
+	h.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StopTimeout)
+	defer cancel()
+	ts := h.nextRecord()
+	var errs []error
+	h.writeOwn(sctx, ts, &errs)
+	if lost == nil { // a lost ID is someone else's: nothing to release
+		if err := h.cfg.Lease.Release(sctx, ts); err != nil {
+			errs = append(errs, fmt.Errorf("release lease: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		h.log.Warn("heartbeat stopped; some final writes failed", "record", fmtMs(ts), "err", errors.Join(errs...))
+		return
+	}
+	h.log.Info("heartbeat stopped: final record written, lease released", "record", fmtMs(ts))
+}
+
+// Stats returns a snapshot of the heartbeat's state.
+func (h *Heartbeat) Stats() HeartbeatStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := HeartbeatStats{
+		WorkerID:            h.cfg.Lease.WorkerID(),
+		Record:              h.record,
+		Ceiling:             h.ceiling,
+		LastSuccess:         h.lastSuccess,
+		ConsecutiveFailures: h.failures,
+		Suspended:           h.suspendedBy != nil,
+		LeaseLost:           h.lostErr != nil,
+		ClockMinusRecordMs:  h.clockMinus,
+		ClockJumpMs:         h.jumpMs,
+		ForwardJumps:        h.jumps,
+		ForwardJumpActive:   h.jumpActive,
+	}
+	if h.suspendedBy != nil {
+		s.SuspendReason = h.suspendedBy.Error()
+	}
+	return s
+}

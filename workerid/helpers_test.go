@@ -1,0 +1,235 @@
+package workerid
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leafbus/leafbus/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// testLogger sends logs to tb.Log, so they show only for failed tests.
+func testLogger(tb testing.TB) *slog.Logger {
+	tb.Helper()
+	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// testCtx is a context that ends with the test (or after d, as a hang guard).
+func testCtx(tb testing.TB, d time.Duration) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// jsEnv is a JetStream server with one client connection.
+type jsEnv struct {
+	srv *testenv.NATS
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+func startJS(tb testing.TB) jsEnv {
+	tb.Helper()
+	srv := testenv.StartNATS(tb)
+	nc := srv.Connect(tb)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("jetstream.New: %v", err)
+	}
+	return jsEnv{srv: srv, nc: nc, js: js}
+}
+
+func openKVRegistry(tb testing.TB, js jetstream.JetStream, cfg KVRegistryConfig) *KVRegistry {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(tb)
+	}
+	r, err := OpenKVRegistry(testCtx(tb, 10*time.Second), js, cfg)
+	if err != nil {
+		tb.Fatalf("OpenKVRegistry(%+v): %v", cfg, err)
+	}
+	return r
+}
+
+func openForever(tb testing.TB, js jetstream.JetStream) *Forever {
+	tb.Helper()
+	f, err := OpenForever(testCtx(tb, 10*time.Second), js, ForeverBucket("leaf"), 1)
+	if err != nil {
+		tb.Fatalf("OpenForever: %v", err)
+	}
+	return f
+}
+
+// eventually polls cond until it holds, failing the test after timeout.
+func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		case <-tick.C:
+		}
+	}
+}
+
+// fakeGen records what the heartbeat does to a generator.
+type fakeGen struct {
+	mu        sync.Mutex
+	issued    int64
+	ceiling   int64
+	ceilings  []int64
+	suspended error
+	suspends  int
+	resumes   int
+}
+
+func (g *fakeGen) Issued() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.issued
+}
+
+func (g *fakeGen) setIssued(ts int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.issued = ts
+}
+
+func (g *fakeGen) SetCeiling(ts int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ceiling = ts
+	g.ceilings = append(g.ceilings, ts)
+}
+
+func (g *fakeGen) Suspend(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.suspended = err
+	g.suspends++
+}
+
+func (g *fakeGen) Resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.suspended = nil
+	g.resumes++
+}
+
+func (g *fakeGen) state() (ceiling int64, suspended error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ceiling, g.suspended
+}
+
+// fakeLease is a Lease whose Renew result the test controls. It stands in for a registry
+// only in heartbeat tests about timing; registries themselves are tested on real servers.
+type fakeLease struct {
+	id       int64
+	ttl      time.Duration
+	recorded int64
+
+	mu       sync.Mutex
+	renewErr error
+	hang     bool // Renew blocks until its ctx ends, as a write to an unreachable server does
+	renewed  []int64
+	released []int64
+}
+
+func (l *fakeLease) WorkerID() int64    { return l.id }
+func (l *fakeLease) Recorded() int64    { return l.recorded }
+func (l *fakeLease) TTL() time.Duration { return l.ttl }
+
+func (l *fakeLease) Renew(ctx context.Context, ts int64) error {
+	l.mu.Lock()
+	hang := l.hang
+	l.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.renewErr != nil {
+		return l.renewErr
+	}
+	l.renewed = append(l.renewed, ts)
+	return nil
+}
+
+func (l *fakeLease) setHang(hang bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hang = hang
+}
+
+func (l *fakeLease) Release(ctx context.Context, ts int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = append(l.released, ts)
+	return nil
+}
+
+func (l *fakeLease) setRenewErr(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewErr = err
+}
+
+// fakeMono is a Monotonic the test moves by hand.
+type fakeMono struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (m *fakeMono) now() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.d
+}
+
+func (m *fakeMono) add(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.d += d
+}
+
+// offsetClock is the system clock moved by a fixed offset: a machine whose clock was set
+// back (or forward) by an operator or NTP.
+type offsetClock struct{ d time.Duration }
+
+func (c offsetClock) Now() time.Time        { return time.Now().Add(c.d) }
+func (c offsetClock) Sleep(d time.Duration) { time.Sleep(d) }
+
+// must fails tb when err is not nil.
+func must(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("%s: %v", what, err)
+	}
+}
+
+// wantErrIs fails tb unless errors.Is(err, want).
+func wantErrIs(tb testing.TB, what string, err, want error) {
+	tb.Helper()
+	if !errors.Is(err, want) {
+		tb.Fatalf("%s: error = %v, want one wrapping %v", what, err, want)
+	}
+}

@@ -1,0 +1,243 @@
+package workerid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestKVRegistryConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     KVRegistryConfig
+		wantErr error
+		wantMsg []string
+	}{
+		{"OK/defaults", KVRegistryConfig{NodeID: "n1"}, nil, nil},
+		{"OK/4x", KVRegistryConfig{NodeID: "n1", TTL: 4 * time.Second, RenewInterval: time.Second}, nil, nil},
+		{"ErrInvalidConfig/TTL", KVRegistryConfig{NodeID: "n1", TTL: 10 * time.Second}, ErrInvalidConfig, []string{"10s", "3s"}},
+		{"ErrInvalidConfig/max", KVRegistryConfig{NodeID: "n1", MaxWorkerID: -2}, ErrInvalidConfig, []string{"-2"}},
+		{"ErrInvalidConfig/replicas", KVRegistryConfig{NodeID: "n1", Replicas: 7}, ErrInvalidConfig, []string{"7"}},
+		{"ErrInvalidNodeID", KVRegistryConfig{NodeID: "a.b"}, ErrInvalidNodeID, []string{"a.b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.wantErr == nil {
+				must(t, "Validate", err)
+				return
+			}
+			wantErrIs(t, "Validate", err, tt.wantErr)
+			for _, s := range tt.wantMsg {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("Validate() = %q, want it to name %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func acquire(tb testing.TB, r *KVRegistry) Lease {
+	tb.Helper()
+	l, err := r.Acquire(testCtx(tb, 10*time.Second))
+	if err != nil {
+		tb.Fatalf("Acquire: %v", err)
+	}
+	return l
+}
+
+func TestKVRegistryTwoNodesGetDifferentIDs(t *testing.T) {
+	env := startJS(t)
+	a := acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "a"}))
+	b := acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "b"}))
+	if a.WorkerID() != 0 || b.WorkerID() != 1 {
+		t.Fatalf("worker IDs = %d, %d, want 0, 1", a.WorkerID(), b.WorkerID())
+	}
+	if a.TTL() != DefaultLeaseTTL {
+		t.Fatalf("TTL() = %s, want %s", a.TTL(), DefaultLeaseTTL)
+	}
+}
+
+func TestKVRegistryTakesLowestFreeID(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 20*time.Second)
+	var leases []Lease
+	for i := range 3 {
+		leases = append(leases, acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i)})))
+	}
+	must(t, "Release(1)", leases[1].Release(ctx, 1000))
+	l := acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "late"}))
+	if l.WorkerID() != 1 {
+		t.Fatalf("after releasing 1 of 0..2, Acquire got %d, want 1", l.WorkerID())
+	}
+	if l.Recorded() != 1000 {
+		t.Fatalf("Recorded() = %d, want 1000 (the timestamp the previous holder released with)", l.Recorded())
+	}
+}
+
+func TestKVRegistryConcurrentAcquireGivesDistinctIDs(t *testing.T) {
+	env := startJS(t)
+	const n = 20
+	regs := make([]*KVRegistry, n)
+	for i := range regs {
+		regs[i] = openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i)})
+	}
+	ctx := testCtx(t, 30*time.Second)
+	ids := make([]int64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range regs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l, err := regs[i].Acquire(ctx)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ids[i] = l.WorkerID()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	seen := map[int64]int{}
+	for i, id := range ids {
+		must(t, fmt.Sprintf("Acquire by n%d", i), errs[i])
+		if prev, dup := seen[id]; dup {
+			t.Fatalf("n%d and n%d both got worker ID %d", prev, i, id)
+		}
+		seen[id] = i
+		if id < 0 || id >= n {
+			t.Errorf("n%d got worker ID %d, want 0..%d (lowest free)", i, id, n-1)
+		}
+	}
+}
+
+func TestKVRegistryAllTaken(t *testing.T) {
+	env := startJS(t)
+	for i := range 4 {
+		acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i), MaxWorkerID: 3}))
+	}
+	_, err := openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "n4", MaxWorkerID: 3}).Acquire(testCtx(t, 10*time.Second))
+	wantErrIs(t, "fifth Acquire with MaxWorkerID 3", err, ErrNoWorkerID)
+}
+
+func TestKVRegistryBucketTTLMismatch(t *testing.T) {
+	env := startJS(t)
+	openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "a"})
+	_, err := OpenKVRegistry(testCtx(t, 10*time.Second), env.js, KVRegistryConfig{NodeID: "b", TTL: 40 * time.Second})
+	wantErrIs(t, "OpenKVRegistry with another TTL", err, ErrInvalidConfig)
+	if !strings.Contains(err.Error(), "30s") || !strings.Contains(err.Error(), "40s") {
+		t.Fatalf("error %q should name both TTLs", err)
+	}
+}
+
+// shortTTL is the lease configuration of the expiry tests: short enough to wait out.
+var shortTTL = KVRegistryConfig{TTL: time.Second, RenewInterval: 250 * time.Millisecond, MaxWorkerID: 1}
+
+func withNode(cfg KVRegistryConfig, node string) KVRegistryConfig {
+	cfg.NodeID = node
+	return cfg
+}
+
+// An abandoned lease expires, another node takes the ID and starts past the previous
+// holder's record, and the previous holder's next Renew reports the loss.
+func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 30*time.Second)
+	old := map[int64]Lease{}
+	recorded := map[int64]int64{}
+	for i, ts := range []int64{1_700_000_000_000, 1_700_000_000_500} {
+		l := acquire(t, openKVRegistry(t, env.js, withNode(shortTTL, fmt.Sprintf("old%d", i))))
+		must(t, "Renew", l.Renew(ctx, ts))
+		old[l.WorkerID()] = l
+		recorded[l.WorkerID()] = ts
+	}
+	// Both holders now stop renewing, as if killed.
+	b := openKVRegistry(t, env.js, withNode(shortTTL, "new"))
+	var got Lease
+	eventually(t, 10*time.Second, "an abandoned lease to expire", func() bool {
+		l, err := b.Acquire(ctx)
+		if err != nil && !errors.Is(err, ErrNoWorkerID) {
+			t.Fatalf("Acquire: %v", err)
+		}
+		got = l
+		return err == nil
+	})
+	if want := recorded[got.WorkerID()]; got.Recorded() != want {
+		t.Fatalf("new holder of worker ID %d: Recorded() = %d, want the previous holder's %d", got.WorkerID(), got.Recorded(), want)
+	}
+	err := old[got.WorkerID()].Renew(ctx, recorded[got.WorkerID()]+3000)
+	wantErrIs(t, "Renew by the previous holder", err, ErrLeaseLost)
+	// The failed Renew of the previous holder must not have lowered the record either.
+	must(t, "Renew by the new holder", got.Renew(ctx, 1_600_000_000_000))
+	must(t, "Release", got.Release(ctx, 1_600_000_000_000))
+	again := acquire(t, openKVRegistry(t, env.js, withNode(shortTTL, "third")))
+	if again.WorkerID() == got.WorkerID() && again.Recorded() < recorded[got.WorkerID()] {
+		t.Fatalf("third holder's Recorded() = %d, below %d: the record went down", again.Recorded(), recorded[got.WorkerID()])
+	}
+}
+
+// A lease that expired while nobody took the ID is created again by Renew.
+func TestKVRegistryRenewRecreatesExpiredLease(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 30*time.Second)
+	reg := openKVRegistry(t, env.js, withNode(shortTTL, "a"))
+	l := acquire(t, reg)
+	must(t, "Renew", l.Renew(ctx, 1000))
+	kv, err := env.js.KeyValue(ctx, "leaf_leases")
+	must(t, "bind leases bucket", err)
+	eventually(t, 10*time.Second, "the lease key to expire", func() bool {
+		_, err := kv.Get(ctx, "0")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	must(t, "Renew after expiry", l.Renew(ctx, 2000))
+	other := acquire(t, openKVRegistry(t, env.js, withNode(shortTTL, "b")))
+	if other.WorkerID() == l.WorkerID() {
+		t.Fatalf("another node got worker ID %d although its holder renewed it", other.WorkerID())
+	}
+}
+
+// Renew never lowers the worker record, and Release frees the ID at once.
+func TestKVRegistryRecordOnlyRises(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 20*time.Second)
+	cfg := KVRegistryConfig{MaxWorkerID: 0}
+	l := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "a")))
+	must(t, "Renew(5000)", l.Renew(ctx, 5000))
+	must(t, "Renew(4000)", l.Renew(ctx, 4000))
+	must(t, "Release(4500)", l.Release(ctx, 4500))
+	err := l.Renew(ctx, 6000)
+	if err == nil {
+		t.Fatal("Renew after Release succeeded, want an error")
+	}
+	next := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "b")))
+	if next.WorkerID() != 0 || next.Recorded() != 5000 {
+		t.Fatalf("next holder = (ID %d, Recorded %d), want (0, 5000)", next.WorkerID(), next.Recorded())
+	}
+}
+
+// A holder whose ID was taken over while its lease key still existed (an operator
+// deleting the key, or an expiry it has not noticed) gets ErrLeaseLost, and so does its
+// Release, which must not delete the new holder's lease.
+func TestKVRegistryTakeover(t *testing.T) {
+	env := startJS(t)
+	ctx := context.Background()
+	cfg := KVRegistryConfig{MaxWorkerID: 0}
+	a := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "a")))
+	kv, err := env.js.KeyValue(ctx, "leaf_leases")
+	must(t, "bind leases bucket", err)
+	must(t, "delete lease key", kv.Delete(ctx, "0"))
+	b := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "b")))
+	wantErrIs(t, "Renew by the old holder", a.Renew(ctx, 10), ErrLeaseLost)
+	wantErrIs(t, "Release by the old holder", a.Release(ctx, 10), ErrLeaseLost)
+	must(t, "Renew by the new holder", b.Renew(ctx, 20))
+}

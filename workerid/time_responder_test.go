@@ -1,0 +1,56 @@
+package workerid
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/leafbus/leafbus/snowflake"
+)
+
+func TestTimeResponder(t *testing.T) {
+	env := startJS(t)
+	clock := snowflake.NewFakeClock(t0)
+	r, err := NewTimeResponder(env.srv.Connect(t), "acme", "p1", clock, testLogger(t))
+	must(t, "NewTimeResponder", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	var body string
+	eventually(t, 5*time.Second, "an answer on acme.time", func() bool {
+		m, err := env.nc.Request("acme.time", nil, 200*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		if got := m.Header.Get(NodeIDHeader); got != "p1" {
+			t.Fatalf("%s header = %q, want p1", NodeIDHeader, got)
+		}
+		body = string(m.Data)
+		return true
+	})
+	if body != strconv.FormatInt(t0ms, 10) {
+		t.Fatalf("answer = %q, want the clock in Unix ms %d", body, t0ms)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		must(t, "Run", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if _, err := env.nc.Request("acme.time", nil, 200*time.Millisecond); err == nil {
+		t.Fatal("a stopped responder still answers")
+	}
+}
+
+func TestNewTimeResponderValidates(t *testing.T) {
+	env := startJS(t)
+	if _, err := NewTimeResponder(nil, "leaf", "n1", nil, nil); err == nil {
+		t.Fatal("NewTimeResponder without a connection succeeded")
+	}
+	_, err := NewTimeResponder(env.nc, "leaf", "bad id", nil, nil)
+	wantErrIs(t, "NewTimeResponder with a bad node ID", err, ErrInvalidNodeID)
+}
