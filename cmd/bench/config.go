@@ -1,0 +1,231 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/leafbus/leafbus/bus"
+)
+
+// ErrInvalidConfig is returned by parseFlags and Config.Validate when a flag is missing,
+// out of range or contradicts another; the message names the flags and values.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+// Config is one bench run, as the flags describe it.
+type Config struct {
+	Conn     bus.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
+	Embedded bool           // start a dispenser in this process instead of using --nats
+
+	Kind     string   // "segment" or "snowflake"
+	Tags     []string // requests go round robin over these
+	Batch    int      // IDs per request; 1 sends an empty body, as a plain client does
+	Encoding string   // "text" or "binary" (the Leaf-Encoding header)
+	Prefix   string   // subject prefix of the deployment
+
+	Clients  int     // NATS connections, each a client of its own
+	Inflight int     // closed loop: requests each client keeps outstanding
+	Rate     float64 // open loop when > 0: requests per second over all clients
+
+	Warmup   time.Duration // sent and checked but not measured
+	Duration time.Duration // measured time after Warmup; 0 means until Requests or interrupted
+	Requests int64         // measured requests; 0 means until Duration
+	Timeout  time.Duration // a reply later than this counts as a timeout
+
+	JSON       bool   // one JSON object on stdout instead of the table
+	Check      bool   // keep every ID and look for duplicates
+	CheckSpill string // with Check: directory for sorted runs, bounding memory
+	CheckMem   int    // with CheckSpill: IDs held in memory before a run is written
+
+	Baseline       string // "" or "echo": repeat the load against a bare NATS responder
+	EchoResponders int    // echo subscriptions; 0 means as many as the dispenser service has
+}
+
+func defaultConfig() Config {
+	return Config{
+		Conn:     bus.ConnConfig{URLs: "nats://127.0.0.1:4222"},
+		Kind:     "segment",
+		Tags:     []string{"leaf-segment-test"},
+		Batch:    1,
+		Encoding: "text",
+		Prefix:   "leaf",
+		Clients:  4,
+		Inflight: 8,
+		Warmup:   time.Second,
+		Duration: 10 * time.Second,
+		Timeout:  2 * time.Second,
+		CheckMem: 16 << 20,
+	}
+}
+
+const usageIntro = `bench loads a leafbus deployment over NATS request/reply, as real clients would,
+and reports throughput, errors by code and latency percentiles.
+
+  bench [flags]                            10 s of closed-loop load on leaf.segment.leaf-segment-test
+  bench --rate 20000 --duration 30s        open loop: 20,000 requests/s whatever the latency
+  bench --check --baseline echo            also look for duplicate IDs, and compare with a bare
+                                           NATS responder on the same server (the headline ratio)
+
+Closed loop (the default): each of --clients connections keeps --inflight requests
+outstanding and sends the next as soon as one completes. Open loop (--rate): requests are
+sent on a fixed timetable that never waits for replies, and latency is measured from
+when each request was due, so a stalled server shows as latency, not as fewer requests.
+
+Exit status: 0 done; 1 duplicate IDs (--check) or IDs out of order inside a reply;
+2 bad flags or the run could not be carried out.
+
+Flags:
+`
+
+// parseFlags turns the command line into a validated Config. It returns flag.ErrHelp
+// after printing the help for -h/--help.
+func parseFlags(args []string, output io.Writer) (Config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageIntro)
+		fs.PrintDefaults()
+	}
+	tags := strings.Join(cfg.Tags, ",")
+
+	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
+	cfg.Conn.RegisterFlags(fs)
+	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
+
+	fs.StringVar(&cfg.Kind, "kind", cfg.Kind, "ID `kind`: segment or snowflake")
+	fs.StringVar(&tags, "tags", tags, "comma separated biz `tags`; requests go round robin over them")
+	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "IDs per request; 1 sends an empty body as a plain client does")
+	fs.StringVar(&cfg.Encoding, "encoding", cfg.Encoding, "reply encoding: text, or binary (sent as header Leaf-Encoding: binary)")
+	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix of the deployment (the dispenser's --prefix)")
+
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "client connections; each is its own NATS connection with its own reply inbox")
+	fs.IntVar(&cfg.Inflight, "inflight", cfg.Inflight, "closed loop: requests each client keeps outstanding (pipelined)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: a fixed `rate` of requests per second over all clients, sent on a timetable that never waits for replies (0: closed loop)")
+
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "load before measuring; its replies are checked but not counted")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time after the warm-up; 0 runs until --requests or Ctrl-C (--requests alone turns this default off)")
+	fs.Int64Var(&cfg.Requests, "requests", 0, "stop after this many measured requests (0: use --duration)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per request: a reply later than this (in open loop: after the request was due) counts as a timeout")
+
+	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object with every number instead of the table")
+	fs.BoolVar(&cfg.Check, "check", false, "keep every ID, report duplicates and per-client regressions of segment IDs")
+	fs.StringVar(&cfg.CheckSpill, "check-spill", "", "with --check: `dir`ectory for sorted runs of IDs, so memory stays bounded by --check-mem (exact, for huge runs)")
+	fs.IntVar(&cfg.CheckMem, "check-mem", cfg.CheckMem, "with --check-spill: IDs held in memory (8 bytes each) before a sorted run is written")
+
+	fs.StringVar(&cfg.Baseline, "baseline", "", "echo: afterwards run the same load against a bare NATS responder that answers with a same-size canned reply, and print dispenser/echo ratios")
+	fs.IntVar(&cfg.EchoResponders, "echo-responders", 0, "echo subscriptions, each on its own connection (0: as many endpoint instances as $SRV.INFO.<prefix> shows serving the subject, at least 1)")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("%w: unexpected argument %q", ErrInvalidConfig, fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg.Tags = splitList(tags)
+	if set["requests"] && !set["duration"] {
+		cfg.Duration = 0
+	}
+	if cfg.Embedded && set["nats"] {
+		return cfg, fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, cfg.Conn.URLs)
+	}
+	if cfg.Rate > 0 && set["inflight"] {
+		return cfg, fmt.Errorf("%w: --inflight %d applies to the closed loop only, not with --rate %v", ErrInvalidConfig, cfg.Inflight, cfg.Rate)
+	}
+	if set["check-mem"] && cfg.CheckSpill == "" {
+		return cfg, fmt.Errorf("%w: --check-mem %d needs --check-spill", ErrInvalidConfig, cfg.CheckMem)
+	}
+	return cfg, cfg.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// Validate checks every field, naming the flag, its value and the bound it breaks.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if !c.Embedded {
+		if err := c.Conn.Validate(); err != nil {
+			return bad("%v", err)
+		}
+	}
+	switch {
+	case c.Kind != "segment" && c.Kind != "snowflake":
+		return bad("--kind %q must be segment or snowflake", c.Kind)
+	case len(c.Tags) == 0:
+		return bad("--tags gives no tag")
+	case c.Batch < 1:
+		return bad("--batch %d must be at least 1", c.Batch)
+	case c.Encoding != "text" && c.Encoding != "binary":
+		return bad("--encoding %q must be text or binary", c.Encoding)
+	case !validPrefix(c.Prefix):
+		return bad("--prefix %q must be dot-separated tokens without spaces or wildcards", c.Prefix)
+	case c.Clients < 1:
+		return bad("--clients %d must be at least 1", c.Clients)
+	case c.Inflight < 1:
+		return bad("--inflight %d must be at least 1", c.Inflight)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return bad("--rate %v must be a positive number of requests per second, or 0 for the closed loop", c.Rate)
+	case c.Warmup < 0:
+		return bad("--warmup %v must not be negative", c.Warmup)
+	case c.Duration < 0:
+		return bad("--duration %v must not be negative", c.Duration)
+	case c.Requests < 0:
+		return bad("--requests %d must not be negative", c.Requests)
+	case c.Timeout <= 0:
+		return bad("--timeout %v must be positive", c.Timeout)
+	case c.CheckSpill != "" && !c.Check:
+		return bad("--check-spill %q needs --check", c.CheckSpill)
+	case c.CheckMem < 1:
+		return bad("--check-mem %d must be at least 1", c.CheckMem)
+	case c.Baseline != "" && c.Baseline != "echo":
+		return bad("--baseline %q: the only baseline is echo", c.Baseline)
+	case c.EchoResponders < 0:
+		return bad("--echo-responders %d must not be negative", c.EchoResponders)
+	case c.EchoResponders > 0 && c.Baseline == "":
+		return bad("--echo-responders %d needs --baseline echo", c.EchoResponders)
+	}
+	for _, tag := range c.Tags {
+		if !validTag(tag) {
+			return bad("tag %q must be 1 to 128 characters of A-Z a-z 0-9 _ -", tag)
+		}
+	}
+	return nil
+}
+
+// validTag follows PROTOCOL.md; a bad tag would only earn 400s, so say so before starting.
+func validTag(tag string) bool {
+	if len(tag) < 1 || len(tag) > 128 {
+		return false
+	}
+	for _, r := range tag {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func validPrefix(p string) bool {
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return false
+		}
+	}
+	return true
+}

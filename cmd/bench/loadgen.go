@@ -1,0 +1,503 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// maxErrorSamples bounds the example messages kept per error key.
+const maxErrorSamples = 3
+
+// loadSpec is one phase of traffic. The dispenser run and the echo baseline use the same
+// spec except for the subjects, so the two are loaded identically.
+type loadSpec struct {
+	label    string   // "dispenser" or "echo", for the progress line
+	subjects []string // one per tag; requests go round robin over them
+	body     []byte   // nil for one ID
+	header   nats.Header
+	batch    int
+	binary   bool
+
+	clients  int
+	inflight int     // closed loop
+	rate     float64 // > 0: open loop
+	warmup   time.Duration
+	duration time.Duration
+	requests int64
+	timeout  time.Duration
+
+	check     *checker // nil: IDs are parsed, then dropped
+	monotonic bool     // count per-client regressions of IDs across replies
+}
+
+// phaseResult is what one phase measured, the workers' parts merged.
+type phaseResult struct {
+	elapsed         time.Duration    // end of warm-up to the last measured completion
+	sent            int64            // measured requests sent
+	ok              int64            // measured requests with a good reply
+	ids             int64            // IDs in those replies
+	errors          map[string]int64 // measured requests by error key
+	errorSamples    map[string][]string
+	hist            *hist // latency of the good measured replies
+	sendLag         *hist // open loop: how late the sender published measured requests
+	late            int64 // replies that came after their request had timed out
+	orderViolations int64 // replies with IDs not strictly increasing, warm-up included
+	regressions     int64 // replies whose first ID is not above the client's previous for the tag
+	slowConsumers   int64
+	collectors      []*collector // the workers' IDs, for the checker's final merge
+}
+
+// pending is one request in a worker's window.
+type pending struct {
+	at       time.Duration // since the phase's epoch: sent (closed loop) or due (open loop)
+	tag      int32
+	measured bool
+	done     bool
+}
+
+// liveCounters feed the progress line while the run goes on.
+type liveCounters struct {
+	sent, ok, errs, ids atomic.Int64
+}
+
+// worker drives one client connection. Its replies arrive on one wildcard inbox; the
+// reply subject's last token is the request's sequence number, which indexes a window of
+// outstanding requests. One goroutine receives, times out, records and (closed loop)
+// sends, so the histogram, the counters and the ID collector need no lock. In the open
+// loop a second goroutine sends on the timetable; it shares only an atomic high-water mark.
+type worker struct {
+	id     int
+	spec   *loadSpec
+	sched  schedule
+	cl     *client
+	logger *slog.Logger
+	epoch  time.Time
+	done   <-chan struct{} // the run was interrupted
+	stop   *atomic.Bool    // same, for the hot path
+	budget *atomic.Int64   // closed loop: measured requests left, shared by the workers
+
+	inbox string
+	msgs  chan *nats.Msg
+	sub   *nats.Subscription
+
+	// Owned by the receiving goroutine.
+	base     int64 // sequence number of win[0]
+	win      []pending
+	open     int   // entries of win not done
+	nextSeq  int64 // closed loop: next sequence number
+	lastDone time.Duration
+	lastID   []uint64 // per tag, for the regression count
+	idbuf    []uint64
+	col      *collector
+	res      phaseResult
+
+	// Owned by the open-loop sender until it ends.
+	lag *hist
+
+	// Shared with the open-loop sender and the progress line.
+	sentHigh atomic.Int64 // open loop: requests published so far
+	sendErrs atomic.Int64
+	live     liveCounters
+}
+
+// runLoad runs one phase on clients and returns once every worker has stopped.
+func runLoad(ctx context.Context, clients []*client, spec *loadSpec, progressOut io.Writer, logger *slog.Logger) (*phaseResult, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	stop := &atomic.Bool{}
+	unhook := context.AfterFunc(ctx, func() { stop.Store(true) })
+	defer unhook()
+	budget := &atomic.Int64{}
+	budget.Store(spec.requests)
+
+	var slowBefore int64
+	workers := make([]*worker, len(clients))
+	defer func() {
+		for _, w := range workers {
+			if w != nil && w.sub != nil {
+				w.sub.Unsubscribe()
+			}
+		}
+	}()
+	for i, cl := range clients {
+		slowBefore += cl.slow.Load()
+		w := &worker{
+			id: i, spec: spec, cl: cl, logger: logger, done: ctx.Done(), stop: stop, budget: budget,
+			sched:  newSchedule(spec.rate, len(clients), spec.warmup, spec.duration, spec.requests),
+			lastID: make([]uint64, len(spec.subjects)),
+			idbuf:  make([]uint64, 0, spec.batch),
+			res:    phaseResult{hist: newHist(), errors: map[string]int64{}, errorSamples: map[string][]string{}},
+		}
+		if spec.check != nil {
+			w.col = spec.check.collector()
+		}
+		if spec.rate > 0 {
+			w.lag = newHist()
+		}
+		w.inbox = cl.nc.NewInbox()
+		w.msgs = make(chan *nats.Msg, w.replyBuffer())
+		sub, err := cl.nc.ChanSubscribe(w.inbox+".*", w.msgs)
+		if err != nil {
+			return nil, fmt.Errorf("subscribe reply inbox of client %d: %w", i, err)
+		}
+		w.sub = sub
+		workers[i] = w
+	}
+	for i, cl := range clients {
+		if err := cl.nc.FlushTimeout(spec.timeout); err != nil {
+			return nil, fmt.Errorf("client %d: NATS server does not answer: %w", i, err)
+		}
+	}
+
+	epoch := time.Now()
+	for _, w := range workers {
+		w.epoch = epoch
+	}
+	prog := startProgress(progressOut, spec.label, workers, epoch)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		if spec.rate > 0 {
+			wg.Go(w.runOpen)
+		} else {
+			wg.Go(w.runClosed)
+		}
+	}
+	wg.Wait()
+	prog.Stop()
+
+	res := &phaseResult{hist: newHist(), errors: map[string]int64{}, errorSamples: map[string][]string{}}
+	if spec.rate > 0 {
+		res.sendLag = newHist()
+	}
+	var lastDone time.Duration
+	for _, w := range workers {
+		r := &w.res
+		res.hist.Merge(r.hist)
+		if res.sendLag != nil {
+			res.sendLag.Merge(w.lag)
+		}
+		res.sent += r.sent
+		res.ok += r.ok
+		res.ids += r.ids
+		res.late += r.late
+		res.orderViolations += r.orderViolations
+		res.regressions += r.regressions
+		for k, n := range r.errors {
+			res.errors[k] += n
+		}
+		if n := w.sendErrs.Load(); n > 0 {
+			res.errors[errKeySend] += n
+		}
+		for k, samples := range r.errorSamples {
+			for _, msg := range samples {
+				if have := res.errorSamples[k]; len(have) < maxErrorSamples && !slices.Contains(have, msg) {
+					res.errorSamples[k] = append(have, msg)
+				}
+			}
+		}
+		lastDone = max(lastDone, w.lastDone)
+		if w.col != nil {
+			res.collectors = append(res.collectors, w.col)
+		}
+	}
+	for _, cl := range clients {
+		res.slowConsumers += cl.slow.Load()
+	}
+	res.slowConsumers -= slowBefore
+	res.elapsed = max(lastDone-spec.warmup, 0)
+	return res, nil
+}
+
+// replyBuffer sizes the inbox channel: nats.go drops replies (a slow-consumer event)
+// when it is full, and a dropped reply would be misreported as a timeout.
+func (w *worker) replyBuffer() int {
+	if w.spec.rate == 0 {
+		return max(1024, 2*w.spec.inflight)
+	}
+	perClient := w.spec.rate / float64(w.spec.clients) * w.spec.timeout.Seconds()
+	return int(min(max(perClient, 1024), 1<<17))
+}
+
+// sweepEvery is how often timeouts are looked for: a tenth of the timeout, 1 to 20 ms.
+func (w *worker) sweepEvery() time.Duration {
+	return min(max(w.spec.timeout/10, time.Millisecond), 20*time.Millisecond)
+}
+
+// runClosed keeps spec.inflight requests outstanding until the phase ends, then waits
+// for the last replies (or their timeouts).
+func (w *worker) runClosed() {
+	for range w.spec.inflight {
+		if !w.sendNext() {
+			break
+		}
+	}
+	tick := time.NewTicker(w.sweepEvery())
+	defer tick.Stop()
+	for w.open > 0 {
+		var completed int
+		select {
+		case m := <-w.msgs:
+			completed = w.handle(m)
+		case <-tick.C:
+			completed = w.sweep(true)
+		}
+		for range completed {
+			if !w.sendNext() {
+				break
+			}
+		}
+	}
+}
+
+// sendNext sends the closed loop's next request unless the phase is over.
+func (w *worker) sendNext() bool {
+	if w.stop.Load() {
+		return false
+	}
+	now := time.Since(w.epoch)
+	measured := now >= w.spec.warmup
+	if measured && w.spec.duration > 0 && now >= w.spec.warmup+w.spec.duration {
+		return false
+	}
+	if measured && w.spec.requests > 0 && w.budget.Add(-1) < 0 {
+		return false
+	}
+	seq := w.nextSeq
+	tag := w.tag(seq)
+	if err := w.publish(seq, tag); err != nil {
+		w.sendFailed(err)
+		return false
+	}
+	w.nextSeq++
+	w.win = append(w.win, pending{at: now, tag: tag, measured: measured})
+	w.open++
+	if measured {
+		w.res.sent++
+	}
+	w.live.sent.Add(1)
+	return true
+}
+
+// runOpen sends on the timetable from a second goroutine and receives here until every
+// request sent has been answered or has timed out.
+func (w *worker) runOpen() {
+	senderDone := make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		w.sendScheduled()
+	}()
+	tick := time.NewTicker(w.sweepEvery())
+	defer tick.Stop()
+	finished := false
+	for {
+		select {
+		case m := <-w.msgs:
+			w.handle(m)
+		case <-tick.C:
+			w.sweep(true)
+		case <-senderDone:
+			finished, senderDone = true, nil
+		}
+		if finished {
+			w.extend(w.sentHigh.Load())
+			if w.open == 0 {
+				return
+			}
+		}
+	}
+}
+
+// sendScheduled publishes this client's slots when they fall due. It never waits for a
+// reply; when it falls behind it sends the overdue slots at once, and their latency
+// still counts from when they were due.
+func (w *worker) sendScheduled() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for seq := int64(0); ; seq++ {
+		i := w.sched.slot(w.id, seq)
+		if i >= w.sched.limit || w.stop.Load() {
+			return
+		}
+		due := w.sched.at(i)
+		if !waitUntil(w.epoch, due, timer, w.done) {
+			return
+		}
+		if i >= w.sched.warmup {
+			// Lateness is part of the measured latency by design; reporting it apart
+			// tells a slow server from a bench that cannot keep its own timetable.
+			w.lag.Record(time.Since(w.epoch) - due)
+		}
+		if err := w.publish(seq, w.tag(seq)); err != nil {
+			w.sendFailed(err)
+			return
+		}
+		w.sentHigh.Store(seq + 1)
+		w.live.sent.Add(1)
+	}
+}
+
+// tag is the index of the tag of this client's seq-th request: each client goes round
+// the tags, starting one further than the previous client, so every client asks for
+// every tag and, over the clients, the tags are asked for evenly.
+func (w *worker) tag(seq int64) int32 {
+	return int32((int64(w.id) + seq) % int64(len(w.spec.subjects)))
+}
+
+func (w *worker) publish(seq int64, tag int32) error {
+	return w.cl.nc.PublishMsg(&nats.Msg{
+		Subject: w.spec.subjects[tag],
+		Reply:   w.inbox + "." + strconv.FormatInt(seq, 10),
+		Header:  w.spec.header,
+		Data:    w.spec.body,
+	})
+}
+
+// sendFailed stops this client: nats.go buffers publishes while it reconnects, so a
+// publish fails only on a closed connection or a payload the server refuses.
+func (w *worker) sendFailed(err error) {
+	if w.sendErrs.Add(1) == 1 {
+		w.logger.Error("publish failed; this client stops sending", "client", w.id, "err", err)
+	}
+	w.live.errs.Add(1)
+}
+
+// extend adds the open loop's requests published up to sequence upTo to the window.
+func (w *worker) extend(upTo int64) {
+	if w.spec.rate == 0 {
+		return
+	}
+	for seq := w.base + int64(len(w.win)); seq < upTo; seq++ {
+		i := w.sched.slot(w.id, seq)
+		measured := i >= w.sched.warmup
+		w.win = append(w.win, pending{at: w.sched.at(i), tag: w.tag(seq), measured: measured})
+		w.open++
+		if measured {
+			w.res.sent++
+		}
+	}
+}
+
+// handle takes one reply and returns how many requests it completed (0 or 1).
+func (w *worker) handle(m *nats.Msg) int {
+	now := time.Since(w.epoch)
+	if len(m.Subject) <= len(w.inbox)+1 {
+		return 0
+	}
+	seq, err := strconv.ParseInt(m.Subject[len(w.inbox)+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	if w.spec.rate > 0 {
+		// The reply may beat the sender's high-water mark by one: it publishes first.
+		high := w.sentHigh.Load()
+		if seq > high {
+			return 0
+		}
+		w.extend(max(high, seq+1))
+	}
+	idx := seq - w.base
+	if idx >= int64(len(w.win)) {
+		return 0
+	}
+	if idx < 0 || w.win[idx].done {
+		// Counted as a timeout already, but its IDs were handed out all the same: a
+		// duplicate among them is still a duplicate.
+		w.res.late++
+		ids, err := parseReply(m.Header, m.Data, w.spec.batch, w.spec.binary, w.idbuf[:0])
+		switch {
+		case errors.Is(err, ErrOutOfOrder):
+			w.res.orderViolations++
+		case err == nil && w.col != nil:
+			w.col.add(ids)
+		}
+		return 0
+	}
+	e := &w.win[idx]
+	e.done = true
+	w.open--
+	w.complete(e, m, now)
+	w.sweep(false)
+	return 1
+}
+
+// complete checks and records the reply to e.
+func (w *worker) complete(e *pending, m *nats.Msg, now time.Duration) {
+	var err error
+	w.idbuf, err = parseReply(m.Header, m.Data, w.spec.batch, w.spec.binary, w.idbuf[:0])
+	if err != nil {
+		if errors.Is(err, ErrOutOfOrder) {
+			w.res.orderViolations++
+		}
+		key := errKey(err)
+		if samples := w.res.errorSamples[key]; len(samples) < maxErrorSamples && !slices.Contains(samples, err.Error()) {
+			w.res.errorSamples[key] = append(samples, err.Error())
+		}
+		if e.measured {
+			w.res.errors[key]++
+			w.lastDone = max(w.lastDone, now)
+		}
+		w.live.errs.Add(1)
+		return
+	}
+	ids := w.idbuf
+	if w.col != nil {
+		w.col.add(ids)
+	}
+	if w.spec.monotonic {
+		if last := w.lastID[e.tag]; last != 0 && ids[0] <= last {
+			w.res.regressions++
+		}
+		w.lastID[e.tag] = ids[len(ids)-1]
+	}
+	if e.measured {
+		w.res.hist.Record(now - e.at)
+		w.res.ok++
+		w.res.ids += int64(len(ids))
+		w.lastDone = max(w.lastDone, now)
+	}
+	w.live.ok.Add(1)
+	w.live.ids.Add(int64(len(ids)))
+}
+
+// sweep drops completed requests from the front of the window and, with timeouts, fails
+// those older than the timeout. Requests enter the window in the order of their times,
+// so only the front can have expired. It returns how many it timed out.
+func (w *worker) sweep(timeouts bool) int {
+	var now time.Duration
+	if timeouts {
+		w.extend(w.sentHigh.Load())
+		now = time.Since(w.epoch)
+	}
+	expired := 0
+	for len(w.win) > 0 {
+		e := &w.win[0]
+		if !e.done {
+			if !timeouts || now-e.at < w.spec.timeout {
+				break
+			}
+			e.done = true
+			w.open--
+			expired++
+			if e.measured {
+				w.res.errors[errKeyTimeout]++
+				w.lastDone = max(w.lastDone, e.at+w.spec.timeout)
+			}
+			w.live.errs.Add(1)
+		}
+		w.win = w.win[1:]
+		w.base++
+	}
+	return expired
+}

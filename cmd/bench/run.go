@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// run carries out the whole bench: the dispenser phase, the check, and the echo baseline.
+// It returns an error only when the run could not be carried out; what the run found
+// (errors, duplicates) is in the report. progressOut nil keeps the live line quiet.
+func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Writer) (*Report, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Embedded {
+		url, stop, err := startEmbedded(ctx, logger)
+		if err != nil {
+			return nil, fmt.Errorf("--embedded: %w", err)
+		}
+		defer stop()
+		cfg.Conn.URLs = url
+	}
+	clients, err := connectClients(cfg, logger)
+	defer closeClients(clients)
+	if err != nil {
+		return nil, err
+	}
+
+	spec := newLoadSpec(cfg, "dispenser", func(tag string) string {
+		return cfg.Prefix + "." + cfg.Kind + "." + tag
+	})
+	if cfg.Check {
+		chk, err := newChecker(cfg.CheckSpill, cfg.CheckMem, cfg.Clients)
+		if err != nil {
+			return nil, err
+		}
+		defer chk.close()
+		spec.check = chk
+		spec.monotonic = cfg.Kind == "segment"
+	}
+	res, err := runLoad(ctx, clients, spec, progressOut, logger)
+	if err != nil {
+		return nil, err
+	}
+	rep := newReport(cfg)
+	rep.Dispenser = phaseReport(res)
+	if spec.check != nil {
+		found, err := spec.check.finish(res.collectors)
+		if err != nil {
+			return nil, fmt.Errorf("check for duplicates: %w", err)
+		}
+		rep.Check = checkReport(found, spec.monotonic, res.regressions)
+	}
+	if cfg.Baseline == "echo" && ctx.Err() == nil {
+		rep.Baseline = runEchoBaseline(ctx, cfg, clients, spec, &rep.Dispenser, progressOut, logger)
+	}
+	rep.Interrupted = ctx.Err() != nil
+	return rep, nil
+}
+
+// newLoadSpec turns the configuration into a phase, with subject naming a tag's subject.
+func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loadSpec {
+	s := &loadSpec{
+		label: label, batch: cfg.Batch, binary: cfg.Encoding == "binary",
+		clients: cfg.Clients, inflight: cfg.Inflight, rate: cfg.Rate,
+		warmup: cfg.Warmup, duration: cfg.Duration, requests: cfg.Requests, timeout: cfg.Timeout,
+	}
+	for _, tag := range cfg.Tags {
+		s.subjects = append(s.subjects, subject(tag))
+	}
+	if cfg.Batch > 1 {
+		s.body = []byte(strconv.Itoa(cfg.Batch))
+	}
+	if s.binary {
+		s.header = nats.Header{"Leaf-Encoding": []string{"binary"}}
+	}
+	return s
+}
+
+// runEchoBaseline repeats the dispenser's load against a bare NATS responder. A baseline
+// that cannot run says why in its report instead of failing the run, whose dispenser
+// numbers stand on their own.
+func runEchoBaseline(ctx context.Context, cfg Config, clients []*client, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
+	b := &BaselineReport{}
+	payloads, err := sampleReplies(clients[0].nc, spec)
+	if err != nil {
+		b.Error = err.Error()
+		return b
+	}
+	for _, p := range payloads {
+		b.PayloadBytes = append(b.PayloadBytes, len(p))
+	}
+	b.Responders, b.RespondersSource = cfg.EchoResponders, "--echo-responders"
+	if b.Responders == 0 {
+		n, err := countResponders(clients[0].nc, cfg.Prefix, spec.subjects[0], time.Second)
+		switch {
+		case err != nil:
+			logger.Warn("cannot count the dispenser's endpoints; the echo gets one responder", "err", err)
+			b.Responders, b.RespondersSource = 1, "default: $SRV.INFO failed"
+		case n == 0:
+			b.Responders, b.RespondersSource = 1, "default: no micro service answered $SRV.INFO."+cfg.Prefix
+		default:
+			b.Responders, b.RespondersSource = n, "endpoints serving the subject in $SRV.INFO."+cfg.Prefix
+		}
+	}
+	echo, err := startEcho(cfg.Conn, cfg.Tags, payloads, b.Responders, logger)
+	if err != nil {
+		b.Error = err.Error()
+		return b
+	}
+	defer echo.stop()
+	echoSpec := *spec
+	echoSpec.label, echoSpec.check, echoSpec.monotonic, echoSpec.subjects = "echo", nil, false, nil
+	for _, tag := range cfg.Tags {
+		echoSpec.subjects = append(echoSpec.subjects, echo.subject(tag))
+	}
+	res, err := runLoad(ctx, clients, &echoSpec, progressOut, logger)
+	if err != nil {
+		b.Error = err.Error()
+		return b
+	}
+	e := phaseReport(res)
+	b.Echo = &e
+	b.Ratios = ratios(disp, &e)
+	return b
+}
