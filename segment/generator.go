@@ -1,0 +1,663 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Generator serves segment IDs for every tag of a Store. Create it with New, start it
+// with Run; TryFill and Fill may then be called from any number of goroutines.
+type Generator struct {
+	cfg      Config
+	now      func() time.Time
+	log      *slog.Logger
+	retryMin time.Duration // first back-off after a failed load or refresh, doubled each time
+	retryMax time.Duration
+
+	state atomic.Int32
+	// tags maps a name to its buffer. The map is never changed once published: writers
+	// (refresh, a lookup that found a tag) copy it under mu, so readers need no lock.
+	tags atomic.Pointer[map[string]*buffer]
+
+	mu      sync.Mutex         // guards pending, gen and the copy-on-write of tags
+	pending map[string]*buffer // tags not in tags, being looked up for a request
+	gen     uint64             // counts refreshes
+
+	runMu    sync.Mutex // guards the fields below; never held while taking another lock
+	runCtx   context.Context
+	stopping bool
+	loaders  sync.WaitGroup
+
+	ready chan struct{} // closed once the first tag list loaded
+	done  chan struct{} // closed when Run starts stopping
+
+	errStarting, errStopped error
+
+	loads, loadErrors, lookups, notFound  atomic.Uint64
+	waits, waitTimeouts                   atomic.Uint64
+	refreshes, refreshErrors, droppedTags atomic.Uint64
+	lastError                             atomic.Pointer[string]
+}
+
+// Generator states.
+const (
+	stateStarting int32 = iota
+	stateReady
+	stateStopped
+)
+
+// Back-off of background loads and tag list loads. The cap bounds how long a tag stays
+// unavailable after its store comes back; with it, 10,000 failing tags cost the store
+// at most 5,000 attempts a second.
+const (
+	retryMin = 20 * time.Millisecond
+	retryMax = 2 * time.Second
+)
+
+// Stats is a snapshot of the generator's counters, for the service's stats endpoint.
+type Stats struct {
+	Ready         bool   `json:"ready"`
+	Tags          int    `json:"tags"`            // tags with a buffer
+	Pending       int    `json:"pending_lookups"` // tags being looked up for a request
+	Loads         uint64 `json:"loads"`           // segments taken from the store
+	LoadErrors    uint64 `json:"load_errors"`     // failed store calls of loads (each retried)
+	Lookups       uint64 `json:"lookups"`         // tags looked up because a request came before the refresh
+	NotFound      uint64 `json:"not_found"`       // lookups or loads that found no such tag
+	Waits         uint64 `json:"waits"`           // Fill calls that had to wait for the store
+	WaitTimeouts  uint64 `json:"wait_timeouts"`   // of which gave up after WaitMax
+	Refreshes     uint64 `json:"refreshes"`       // tag list loads
+	RefreshErrors uint64 `json:"refresh_errors"`
+	DroppedTags   uint64 `json:"dropped_tags"` // buffers dropped because their tag left the store
+	LastError     string `json:"last_error,omitempty"`
+}
+
+// New checks cfg and returns a Generator; nothing runs until Run.
+func New(cfg Config) (*Generator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Generator{
+		cfg:         cfg,
+		now:         cfg.Now,
+		log:         cfg.Logger,
+		retryMin:    retryMin,
+		retryMax:    retryMax,
+		pending:     make(map[string]*buffer),
+		ready:       make(chan struct{}),
+		done:        make(chan struct{}),
+		errStarting: fmt.Errorf("segment: starting, the tag list has not loaded yet: %w", ErrUnavailable),
+		errStopped:  fmt.Errorf("segment: stopped: %w", ErrUnavailable),
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	empty := make(map[string]*buffer)
+	g.tags.Store(&empty)
+	return g, nil
+}
+
+// Run loads the tag list (retrying until it succeeds), then refreshes it every
+// RefreshInterval, and owns every background loader goroutine; it returns after all of
+// them stopped, when ctx ends. It returns nil then, and an error only when called twice.
+func (g *Generator) Run(ctx context.Context) error {
+	g.runMu.Lock()
+	if g.runCtx != nil {
+		g.runMu.Unlock()
+		return errors.New("segment: Generator.Run called twice")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g.runCtx = ctx
+	g.runMu.Unlock()
+	defer g.stop(cancel)
+
+	for wait := g.retryMin; ; wait = min(2*wait, g.retryMax) {
+		err := g.refresh(ctx)
+		if err == nil {
+			break
+		}
+		g.log.Warn("segment: first tag list load failed, retrying", "err", err, "retry_in", wait)
+		if !sleep(ctx, jitter(wait)) {
+			return nil
+		}
+	}
+	g.state.Store(stateReady)
+	close(g.ready)
+
+	tick := time.NewTicker(g.cfg.RefreshInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := g.refresh(ctx); err != nil && ctx.Err() == nil {
+				// The buffers keep serving; the next tick tries again.
+				g.log.Warn("segment: tag list refresh failed", "err", err)
+			}
+		}
+	}
+}
+
+// stop refuses new work, wakes every waiting Fill, stops the loaders' store calls and
+// waits for the loaders to return.
+func (g *Generator) stop(cancel context.CancelFunc) {
+	g.state.Store(stateStopped)
+	close(g.done)
+	g.runMu.Lock()
+	g.stopping = true
+	g.runMu.Unlock()
+	cancel()
+	g.loaders.Wait()
+}
+
+// Ready is closed once the first tag list load succeeded (before that, Fill returns
+// ErrUnavailable "starting").
+func (g *Generator) Ready() <-chan struct{} { return g.ready }
+
+// TryFill fills dst with len(dst) IDs of tag if they are in memory now, without waiting
+// and without I/O: ok=false means "would wait" (a tag not yet looked up, a segment
+// being loaded), then call Fill from another goroutine; dst holds nothing usable then,
+// and IDs it took from the end of a spent segment are skipped (a gap, never a
+// duplicate). err is final: ErrInvalidTag, ErrUnavailable when starting or stopped.
+// The IDs in dst are strictly increasing. One ID or a whole batch costs one atomic add
+// and no allocation.
+func (g *Generator) TryFill(tag string, dst []int64) (ok bool, err error) {
+	if s := g.state.Load(); s != stateReady {
+		return false, g.stateErr(s)
+	}
+	b := (*g.tags.Load())[tag]
+	if b == nil || len(dst) == 0 {
+		// Only names the store returned are in the map, so a found tag is valid.
+		if err := CheckTagName(tag); err != nil {
+			return false, err
+		}
+		return b != nil || len(dst) == 0, nil
+	}
+	seg := b.cur.Load()
+	if seg == nil {
+		g.preload(b) // the first load of a tag the refresh listed
+		return false, nil
+	}
+	filled := g.take(b, seg, dst)
+	if filled == len(dst) {
+		return true, nil
+	}
+	return g.fillSlow(nil, tag, b, dst, filled, false)
+}
+
+// Fill is TryFill that waits (at most WaitMax, or until ctx ends) for the tag lookup or
+// the next segment. It returns an error wrapping ErrTagNotFound for a tag the store
+// does not have, and one wrapping ErrUnavailable (and the store's or ctx's error) when
+// it gave up waiting.
+func (g *Generator) Fill(ctx context.Context, tag string, dst []int64) error {
+	if s := g.state.Load(); s != stateReady {
+		return g.stateErr(s)
+	}
+	b := (*g.tags.Load())[tag]
+	if b == nil || len(dst) == 0 {
+		if err := CheckTagName(tag); err != nil {
+			return err
+		}
+		if len(dst) == 0 {
+			return nil
+		}
+	}
+	filled := 0
+	if b != nil {
+		if seg := b.cur.Load(); seg != nil {
+			if filled = g.take(b, seg, dst); filled == len(dst) {
+				return nil
+			}
+		}
+	}
+	_, err := g.fillSlow(ctx, tag, b, dst, filled, true)
+	return err
+}
+
+func (g *Generator) stateErr(s int32) error {
+	if s == stateStopped {
+		return g.errStopped
+	}
+	return g.errStarting
+}
+
+// take fills the start of dst from seg with one atomic add and returns how many IDs it
+// got: all of dst, or the rest of seg when the add went past its end. The add that
+// carries pos past the 10% mark starts the load of the next segment, so exactly one
+// caller per segment does it.
+func (g *Generator) take(b *buffer, seg *segment, dst []int64) int {
+	n := int64(len(dst))
+	p := seg.pos.Add(n)
+	from := p - n
+	if from >= seg.size {
+		return 0
+	}
+	got := min(p, seg.size) - from
+	id := seg.start + from
+	for i := range dst[:got] {
+		dst[i] = id + int64(i)
+	}
+	if from <= seg.trigger && seg.trigger < p {
+		g.preload(b)
+	}
+	return int(got)
+}
+
+// fillSlow completes dst[filled:] when the fast path could not: it switches to the next
+// segment, looks the tag up, or (when wait) waits for a load, at most WaitMax.
+func (g *Generator) fillSlow(ctx context.Context, tag string, b *buffer, dst []int64, filled int, wait bool) (bool, error) {
+	var timeout *time.Timer
+	defer func() {
+		if timeout != nil {
+			timeout.Stop()
+		}
+	}()
+	for {
+		if s := g.state.Load(); s != stateReady {
+			return false, g.stateErr(s)
+		}
+		if b == nil {
+			if !wait {
+				return false, nil // TryFill does no lookups: Fill will
+			}
+			b = g.join(tag)
+		}
+		b.mu.Lock()
+		if b.notFound {
+			b.mu.Unlock()
+			return false, fmt.Errorf("segment: tag %q: %w", tag, ErrTagNotFound)
+		}
+		cur := b.cur.Load()
+		if (cur == nil || cur.spent()) && b.next != nil {
+			// The switch: readers still holding the spent segment overshoot it and come
+			// here, where they find the new one.
+			cur = b.next
+			b.next = nil
+			b.cur.Store(cur)
+			b.signal()
+		}
+		if cur != nil && !cur.spent() {
+			b.mu.Unlock()
+			if filled += g.take(b, cur, dst[filled:]); filled == len(dst) {
+				return true, nil
+			}
+			continue
+		}
+		if b.dropped {
+			// The tag left the store (or its lookup was abandoned): start over from the
+			// map, which looks it up again.
+			b.mu.Unlock()
+			b = nil
+			continue
+		}
+		g.startLoad(b)
+		if !wait {
+			b.mu.Unlock()
+			return false, nil
+		}
+		changed := b.waitChan()
+		b.waiters++
+		b.mu.Unlock()
+		if timeout == nil {
+			g.waits.Add(1)
+			timeout = time.NewTimer(g.cfg.WaitMax)
+		}
+		var err error
+		select {
+		case <-changed:
+		case <-timeout.C:
+			g.waitTimeouts.Add(1)
+			err = fmt.Errorf("segment: tag %q: no segment within %v: %w", tag, g.cfg.WaitMax, ErrUnavailable)
+		case <-ctx.Done():
+			err = fmt.Errorf("segment: tag %q: %w: %w", tag, ErrUnavailable, ctx.Err())
+		case <-g.done:
+			err = g.errStopped
+		}
+		b.mu.Lock()
+		b.waiters--
+		cause := b.err
+		b.mu.Unlock()
+		if err != nil {
+			if cause != nil && err != g.errStopped {
+				err = fmt.Errorf("%w: %w", err, cause)
+			}
+			return false, err
+		}
+	}
+}
+
+// join returns the buffer of tag: the resident one, the one a concurrent request is
+// already looking up, or a new pending one, so that any number of requests for an
+// unknown tag cause one store lookup.
+func (g *Generator) join(tag string) *buffer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if b := (*g.tags.Load())[tag]; b != nil {
+		return b
+	}
+	if b := g.pending[tag]; b != nil {
+		return b
+	}
+	// The name may point into a request's buffer: keep a copy, not the request.
+	b := &buffer{name: strings.Clone(tag)}
+	g.pending[b.name] = b
+	g.lookups.Add(1)
+	return b
+}
+
+// preload starts loading b's next segment.
+func (g *Generator) preload(b *buffer) {
+	b.mu.Lock()
+	g.startLoad(b)
+	b.mu.Unlock()
+}
+
+// startLoad starts a loader for b unless one runs, a segment is already waiting, or b is
+// dropped. Called with b.mu held.
+func (g *Generator) startLoad(b *buffer) {
+	if b.loading || b.next != nil || b.dropped {
+		return
+	}
+	b.loading = g.spawn(func(ctx context.Context) { g.load(ctx, b) })
+}
+
+// spawn runs f in a goroutine that Run waits for, unless Run is not running.
+func (g *Generator) spawn(f func(ctx context.Context)) bool {
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	if g.runCtx == nil || g.stopping {
+		return false
+	}
+	ctx := g.runCtx
+	g.loaders.Add(1)
+	go func() {
+		defer g.loaders.Done()
+		f(ctx)
+	}()
+	return true
+}
+
+// load takes one segment for b from the store, retrying with back-off until it gets
+// one, the tag turns out not to exist, b is dropped, nobody waits for a pending lookup
+// any more, or ctx ends.
+func (g *Generator) load(ctx context.Context, b *buffer) {
+	for wait := g.retryMin; ; wait = min(2*wait, g.retryMax) {
+		b.mu.Lock()
+		if b.dropped {
+			b.loading = false
+			b.signal()
+			b.mu.Unlock()
+			return
+		}
+		step := int64(0) // the first load uses the stored step, as Leaf does
+		if b.loaded {
+			step = nextStep(b.step, b.minStep, g.now().Sub(b.lastLoad), g.cfg.SegmentDuration, g.cfg.MaxStep)
+		}
+		b.mu.Unlock()
+
+		callCtx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
+		t, err := g.cfg.Store.Take(callCtx, b.name, step)
+		cancel()
+		if err == nil {
+			if err = g.install(b, t, step); err == nil {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			b.mu.Lock()
+			b.loading = false
+			b.mu.Unlock()
+			return
+		}
+		if errors.Is(err, ErrTagNotFound) {
+			g.forget(b, err)
+			return
+		}
+		if g.failed(b, err, wait) {
+			return
+		}
+		if !sleep(ctx, jitter(wait)) {
+			b.mu.Lock()
+			b.loading = false
+			b.mu.Unlock()
+			return
+		}
+	}
+}
+
+// install makes t's segment b's current one (when there is none or it is spent) or its
+// next one, and records the step state.
+func (g *Generator) install(b *buffer, t Tag, step int64) error {
+	used := step
+	if used == 0 {
+		used = t.Step
+	}
+	if used < 1 || used > MaxStoredStep {
+		return fmt.Errorf("segment: tag %q: store granted a segment of step %d", b.name, used)
+	}
+	seg := newSegment(t.MaxID, used)
+	now := g.now()
+	b.mu.Lock()
+	if b.dropped {
+		// Discarded (a gap): a request that moves on from a dropped buffer takes its
+		// next IDs from a new buffer whose loads all started after the drop, and must
+		// not find a later range here first.
+		b.loading = false
+		b.signal()
+		b.mu.Unlock()
+		return nil
+	}
+	if b.err != nil {
+		g.log.Info("segment: loads work again", "tag", b.name)
+	}
+	b.step, b.minStep, b.lastLoad, b.loaded = used, max(t.Step, 1), now, true
+	b.err, b.loading = nil, false
+	if cur := b.cur.Load(); cur == nil || cur.spent() {
+		b.cur.Store(seg)
+	} else {
+		b.next = seg
+	}
+	b.signal()
+	promote := !b.resident && !b.dropped
+	b.mu.Unlock()
+	g.loads.Add(1)
+	if promote {
+		g.promote(b)
+	}
+	return nil
+}
+
+// promote moves a looked-up tag from pending into the map, unless a refresh got there
+// first.
+func (g *Generator) promote(b *buffer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[b.name] != b {
+		return
+	}
+	delete(g.pending, b.name)
+	old := *g.tags.Load()
+	next := make(map[string]*buffer, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[b.name] = b
+	b.mu.Lock()
+	b.resident, b.gen = true, g.gen
+	b.mu.Unlock()
+	g.tags.Store(&next)
+}
+
+// forget drops a tag the store says does not exist (never created, or deleted), and
+// answers its waiters ErrTagNotFound. The next request looks it up again: nothing is
+// cached about missing tags, so a tag added by anyone is served when first asked for.
+func (g *Generator) forget(b *buffer, err error) {
+	g.notFound.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[b.name] == b {
+		delete(g.pending, b.name)
+	}
+	if old := *g.tags.Load(); old[b.name] == b {
+		next := make(map[string]*buffer, len(old))
+		for k, v := range old {
+			if k != b.name {
+				next[k] = v
+			}
+		}
+		g.tags.Store(&next)
+		g.log.Info("segment: tag no longer in the store", "tag", b.name)
+	}
+	b.mu.Lock()
+	b.notFound, b.dropped, b.loading, b.resident = true, true, false, false
+	b.err = err
+	b.signal()
+	b.mu.Unlock()
+}
+
+// failed records a failed load and reports whether the loader should stop: b was
+// dropped, or it is a lookup nobody waits for any more (so that requests for many
+// unknown tags during an outage leave no retrying goroutines behind).
+func (g *Generator) failed(b *buffer, err error, retryIn time.Duration) (stop bool) {
+	g.loadErrors.Add(1)
+	msg := err.Error()
+	g.lastError.Store(&msg)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		g.log.Warn("segment: load failed, retrying with back-off", "tag", b.name, "err", err, "retry_in", retryIn)
+	}
+	b.err = err
+	b.signal()
+	if !b.resident && !b.dropped && b.waiters == 0 && g.pending[b.name] == b {
+		delete(g.pending, b.name)
+		b.dropped = true
+	}
+	if b.dropped {
+		b.loading = false
+		return true
+	}
+	return false
+}
+
+// refresh reloads the tag list: listed tags keep (or get) a buffer and their stored
+// step as the floor of the dynamic step; unlisted ones are dropped, except those a
+// lookup found while the list was being read.
+func (g *Generator) refresh(ctx context.Context) error {
+	g.mu.Lock()
+	g.gen++
+	gen := g.gen
+	g.mu.Unlock()
+
+	callCtx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
+	list, err := g.cfg.Store.Tags(callCtx)
+	cancel()
+	// Counted once applied, so that whoever sees the count sees the new map.
+	defer g.refreshes.Add(1)
+	if err != nil {
+		g.refreshErrors.Add(1)
+		msg := err.Error()
+		g.lastError.Store(&msg)
+		return fmt.Errorf("segment: refresh tag list: %w", err)
+	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := *g.tags.Load()
+	next := make(map[string]*buffer, len(list))
+	added, dropped := 0, 0
+	for _, t := range list {
+		b := old[t.Name]
+		if b == nil {
+			if b = g.pending[t.Name]; b != nil {
+				delete(g.pending, t.Name)
+			}
+		}
+		if b == nil {
+			b = &buffer{name: t.Name}
+			added++
+		}
+		b.mu.Lock()
+		b.resident = true
+		if b.loaded && t.Step >= 1 {
+			b.minStep = t.Step
+		}
+		b.mu.Unlock()
+		next[t.Name] = b
+	}
+	for name, b := range old {
+		if _, ok := next[name]; ok {
+			continue
+		}
+		b.mu.Lock()
+		if b.gen >= gen {
+			next[name] = b // found by a lookup after the list was read
+		} else {
+			b.dropped, b.resident = true, false
+			b.signal()
+			dropped++
+		}
+		b.mu.Unlock()
+	}
+	g.tags.Store(&next)
+	g.droppedTags.Add(uint64(dropped))
+	if added > 0 || dropped > 0 {
+		g.log.Info("segment: tag list refreshed", "tags", len(next), "added", added, "dropped", dropped)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (g *Generator) Stats() Stats {
+	g.mu.Lock()
+	tags, pending := len(*g.tags.Load()), len(g.pending)
+	g.mu.Unlock()
+	s := Stats{
+		Ready:         g.state.Load() == stateReady,
+		Tags:          tags,
+		Pending:       pending,
+		Loads:         g.loads.Load(),
+		LoadErrors:    g.loadErrors.Load(),
+		Lookups:       g.lookups.Load(),
+		NotFound:      g.notFound.Load(),
+		Waits:         g.waits.Load(),
+		WaitTimeouts:  g.waitTimeouts.Load(),
+		Refreshes:     g.refreshes.Load(),
+		RefreshErrors: g.refreshErrors.Load(),
+		DroppedTags:   g.droppedTags.Load(),
+	}
+	if msg := g.lastError.Load(); msg != nil {
+		s.LastError = *msg
+	}
+	return s
+}
+
+// jitter spreads a back-off over [d/2, d] so that tags (and dispensers) that failed
+// together do not retry together.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d, or returns false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

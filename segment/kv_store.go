@@ -1,0 +1,271 @@
+package segment
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KVStore is a Store in a JetStream key-value bucket: the embedded default, needing
+// nothing but NATS. Each tag is one key (the tag name) whose value is the leaf_alloc row
+// as JSON:
+//
+//	{"max_id":3001,"step":1000,"description":"order IDs","update_time":"2026-11-22T06:20:00Z"}
+//
+// Take reads the key and writes it back with a compare-and-set on the revision it read,
+// retrying on a conflict, so any number of dispensers (KVStore values) may share a bucket:
+// each write succeeds only over the revision its range was computed from, so no two
+// writers can be granted the same range.
+type KVStore struct {
+	kv jetstream.KeyValue
+}
+
+var _ Store = (*KVStore)(nil)
+
+// kvRow is the JSON value of one key.
+type kvRow struct {
+	MaxID       int64  `json:"max_id"`
+	Step        int64  `json:"step"`
+	Description string `json:"description"`
+	UpdateTime  string `json:"update_time"` // RFC 3339, UTC
+}
+
+// Bounds of the compare-and-set loop. Contention only comes from dispensers loading a
+// segment of the same tag at the same moment (each loads about once per
+// SegmentDuration), so a few rounds settle it; the bound turns a pathological storm into
+// an error the generator retries later instead of a goroutine spinning forever.
+const (
+	kvCASAttempts = 32
+	kvCASBackoff  = 2 * time.Millisecond   // first wait between attempts, doubled each round
+	kvCASMaxWait  = 100 * time.Millisecond // cap of one wait
+	kvStopDrain   = 5 * time.Second        // how long Tags waits for a stopped watcher to close
+)
+
+// OpenKVStore creates the bucket (file storage, replicas copies, history 1) or binds to it
+// when it exists, whatever its settings, and returns the store.
+func OpenKVStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KVStore, error) {
+	if replicas < 1 || replicas > 5 {
+		return nil, fmt.Errorf("segment: open kv bucket %q: replicas %d must be between 1 and 5", bucket, replicas)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "leafbus segment store: one key per biz tag (Leaf's leaf_alloc)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Another dispenser created it between our lookup and create.
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("segment: open kv bucket %q: %w", bucket, err)
+	}
+	return &KVStore{kv: kv}, nil
+}
+
+// Take implements Store.
+func (s *KVStore) Take(ctx context.Context, tag string, step int64) (Tag, error) {
+	if err := checkTake(tag, step); err != nil {
+		return Tag{}, err
+	}
+	return s.cas(ctx, "take", tag, func(t Tag) (Tag, error) { return advance(t, step) })
+}
+
+// Tag implements Store.
+func (s *KVStore) Tag(ctx context.Context, tag string) (Tag, error) {
+	if err := CheckTagName(tag); err != nil {
+		return Tag{}, err
+	}
+	t, _, err := s.get(ctx, tag)
+	if err != nil {
+		return Tag{}, fmt.Errorf("segment: kv tag: %w", err)
+	}
+	return t, nil
+}
+
+// Tags implements Store. It reads every key's latest value through one watcher (a single
+// ordered consumer) instead of a Get per key, so listing 10,000 tags is one stream read.
+// Keys whose value is not a valid row are left out (see sortedTags).
+func (s *KVStore) Tags(ctx context.Context) ([]Tag, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("segment: kv list tags: %w", err)
+	}
+	defer stopWatcher(w)
+	// A key written while we read can be delivered twice; the later revision wins.
+	latest := make(map[string]jetstream.KeyValueEntry)
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("segment: kv list tags: watcher closed early")
+			}
+			if e == nil { // every current value has been delivered
+				return sortedTags(latest), nil
+			}
+			if old, seen := latest[e.Key()]; !seen || e.Revision() > old.Revision() {
+				latest[e.Key()] = e
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("segment: kv list tags: %w", ctx.Err())
+		}
+	}
+}
+
+// sortedTags decodes the entries, sorted by name. A value that does not decode (only a
+// hand-written one can) is left out rather than failing the whole list: one bad key
+// must not keep every dispenser from starting. Take and Tag on that key still report
+// the decode error, so requests for it fail loudly.
+func sortedTags(entries map[string]jetstream.KeyValueEntry) []Tag {
+	list := make([]Tag, 0, len(entries))
+	for key, e := range entries {
+		if CheckTagName(key) != nil {
+			continue // not written by a KVStore: no request can name it
+		}
+		if t, err := decodeRow(key, e.Value()); err == nil {
+			list = append(list, t)
+		}
+	}
+	slices.SortFunc(list, func(a, b Tag) int { return strings.Compare(a.Name, b.Name) })
+	return list
+}
+
+// stopWatcher stops w and drains its channel until it closes: the watcher's delivery
+// callback blocks on a full channel while holding the lock that closing needs.
+func stopWatcher(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	timeout := time.NewTimer(kvStopDrain)
+	defer timeout.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+		case <-timeout.C:
+			return
+		}
+	}
+}
+
+// AddTag implements Store.
+func (s *KVStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
+	if t.MaxID == 0 {
+		t.MaxID = 1
+	}
+	if err := t.Validate(); err != nil {
+		return Tag{}, err
+	}
+	t.UpdateTime = storeNow()
+	value, err := encodeRow(t)
+	if err != nil {
+		return Tag{}, err
+	}
+	if _, err := s.kv.Create(ctx, t.Name, value); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Tag{}, fmt.Errorf("segment: kv add %q: %w", t.Name, ErrTagExists)
+		}
+		return Tag{}, fmt.Errorf("segment: kv add %q: %w", t.Name, err)
+	}
+	return t, nil
+}
+
+// UpdateTag implements Store.
+func (s *KVStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
+	if err := u.validate(); err != nil {
+		return Tag{}, err
+	}
+	return s.cas(ctx, "update", u.Name, func(t Tag) (Tag, error) { return u.apply(t), nil })
+}
+
+// cas reads tag, applies change and writes the result over the revision it read,
+// starting again when another writer got in between.
+func (s *KVStore) cas(ctx context.Context, op, tag string, change func(Tag) (Tag, error)) (Tag, error) {
+	wait := kvCASBackoff
+	for attempt := 1; ; attempt++ {
+		t, rev, err := s.get(ctx, tag)
+		if err != nil {
+			return Tag{}, fmt.Errorf("segment: kv %s: %w", op, err)
+		}
+		if t, err = change(t); err != nil {
+			return Tag{}, fmt.Errorf("segment: kv %s: %w", op, err)
+		}
+		t.UpdateTime = storeNow()
+		value, err := encodeRow(t)
+		if err != nil {
+			return Tag{}, err
+		}
+		_, err = s.kv.Update(ctx, tag, value, rev)
+		if err == nil {
+			return t, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return Tag{}, fmt.Errorf("segment: kv %s %q: %w", op, tag, err)
+		}
+		if attempt == kvCASAttempts {
+			return Tag{}, fmt.Errorf("segment: kv %s %q: %d writers in a row got in first: %w", op, tag, attempt, ErrUnavailable)
+		}
+		// Full jitter: dispensers that collided once should not collide again in step.
+		timer := time.NewTimer(rand.N(wait) + 1)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return Tag{}, fmt.Errorf("segment: kv %s %q: %w", op, tag, ctx.Err())
+		}
+		wait = min(2*wait, kvCASMaxWait)
+	}
+}
+
+// get reads one key and its revision.
+func (s *KVStore) get(ctx context.Context, tag string) (Tag, uint64, error) {
+	e, err := s.kv.Get(ctx, tag)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return Tag{}, 0, fmt.Errorf("tag %q: %w", tag, ErrTagNotFound)
+		}
+		return Tag{}, 0, fmt.Errorf("read tag %q: %w", tag, err)
+	}
+	t, err := decodeRow(tag, e.Value())
+	return t, e.Revision(), err
+}
+
+func encodeRow(t Tag) ([]byte, error) {
+	b, err := json.Marshal(kvRow{
+		MaxID:       t.MaxID,
+		Step:        t.Step,
+		Description: t.Description,
+		UpdateTime:  t.UpdateTime.UTC().Format(time.RFC3339),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("segment: encode tag %q: %w", t.Name, err)
+	}
+	return b, nil
+}
+
+func decodeRow(name string, value []byte) (Tag, error) {
+	var r kvRow
+	if err := json.Unmarshal(value, &r); err != nil {
+		return Tag{}, fmt.Errorf("tag %q: decode %q: %w", name, value, err)
+	}
+	t := Tag{Name: name, MaxID: r.MaxID, Step: r.Step, Description: r.Description}
+	if r.UpdateTime != "" {
+		ut, err := time.Parse(time.RFC3339, r.UpdateTime)
+		if err != nil {
+			return Tag{}, fmt.Errorf("tag %q: update_time: %w", name, err)
+		}
+		t.UpdateTime = ut.UTC()
+	}
+	return t, nil
+}

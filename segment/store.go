@@ -1,0 +1,64 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store is where number segments come from: Leaf's leaf_alloc table, one row per biz tag.
+// Every method may be called from many goroutines, and by many dispensers sharing the
+// store at once; Take must never hand the same range out twice, to anyone.
+//
+// Names that fail CheckTagName are refused with ErrInvalidTag before the store is asked.
+type Store interface {
+	// Take advances tag's max_id by step (by the tag's stored step when step is 0) in one
+	// atomic operation and returns the tag as it is after the update. The segment it
+	// grants is [MaxID - used step, MaxID), where the used step is step, or the returned
+	// Tag.Step when step was 0. Returns ErrTagNotFound for an unknown tag, ErrInvalidTag
+	// for a step outside 0..MaxStoredStep, and ErrMaxIDOverflow (writing nothing) when
+	// max_id + step would not fit in an int64.
+	Take(ctx context.Context, tag string, step int64) (Tag, error)
+
+	// Tag returns one tag, or ErrTagNotFound.
+	Tag(ctx context.Context, tag string) (Tag, error)
+
+	// Tags returns every tag, sorted by name; an empty store gives an empty list and no
+	// error.
+	Tags(ctx context.Context) ([]Tag, error)
+
+	// AddTag creates a tag (MaxID 0 means 1) and returns it as stored. Returns
+	// ErrInvalidTag when Tag.Validate refuses it, ErrTagExists when the name is taken.
+	AddTag(ctx context.Context, t Tag) (Tag, error)
+
+	// UpdateTag changes a tag's step and/or description and returns it as stored.
+	// Returns ErrTagNotFound for an unknown tag, ErrInvalidTag for a value out of range.
+	UpdateTag(ctx context.Context, u TagUpdate) (Tag, error)
+}
+
+// Tag is one row of leaf_alloc.
+type Tag struct {
+	Name        string
+	MaxID       int64 // the next segment starts here
+	Step        int64 // the default segment length, 1..MaxStoredStep
+	Description string
+	UpdateTime  time.Time
+}
+
+// TagUpdate names a tag and the fields to change; nil leaves a field as it is.
+type TagUpdate struct {
+	Name        string
+	Step        *int64
+	Description *string
+}
+
+// ErrTagNotFound is returned when a biz tag has no row in the store.
+var ErrTagNotFound = errors.New("tag not found")
+
+// ErrTagExists is returned by AddTag when the tag already has a row.
+var ErrTagExists = errors.New("tag already exists")
+
+// ErrMaxIDOverflow is returned by Take when advancing the tag's max_id by the step would
+// pass the largest int64: the tag is used up, and wrapping to negative IDs is never an
+// option.
+var ErrMaxIDOverflow = errors.New("tag max_id would overflow int64")

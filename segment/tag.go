@@ -1,0 +1,136 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxStoredStep is the largest step a tag may store (PROTOCOL: step is 1 to 10,000,000).
+// The dynamic step never asks the store for more than max(Config.MaxStep, stored step).
+const MaxStoredStep = 10_000_000
+
+// Bounds from the wire contract and Leaf's leaf_alloc columns.
+const (
+	maxTagName     = 128 // biz_tag varchar(128)
+	maxDescription = 256 // description varchar(256), counted in characters as MySQL does
+)
+
+// ErrInvalidTag is returned when a tag name, or a tag's step, max_id or description, is
+// outside what the protocol and leaf_alloc allow. The message names the value.
+var ErrInvalidTag = errors.New("invalid tag")
+
+// CheckTagName returns nil when name is 1 to 128 characters of A-Z a-z 0-9 _ -, and an
+// error wrapping ErrInvalidTag that names the value otherwise. It allocates nothing on
+// success, so the request path can call it freely.
+func CheckTagName(name string) error {
+	if len(name) == 0 || len(name) > maxTagName {
+		return fmt.Errorf("%w: name %s must be 1 to %d characters long", ErrInvalidTag, quoteShort(name), maxTagName)
+	}
+	for i := 0; i < len(name); i++ {
+		if !tagByte(name[i]) {
+			return fmt.Errorf("%w: name %s may only hold A-Z a-z 0-9 _ -", ErrInvalidTag, quoteShort(name))
+		}
+	}
+	return nil
+}
+
+func tagByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// quoteShort quotes a client-supplied value for an error message, cut short so that a
+// hostile megabyte of tag does not end up in every log line.
+func quoteShort(s string) string {
+	const limit = 140
+	if len(s) > limit {
+		return fmt.Sprintf("%q...", s[:limit])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// Validate checks a tag as AddTag stores it: a valid name, Step 1..MaxStoredStep,
+// MaxID >= 1 and a description of at most 256 characters. Errors wrap ErrInvalidTag.
+func (t Tag) Validate() error {
+	if err := CheckTagName(t.Name); err != nil {
+		return err
+	}
+	if err := checkStoredStep(t.Name, t.Step); err != nil {
+		return err
+	}
+	if t.MaxID < 1 {
+		return fmt.Errorf("%w: tag %q: max_id %d must be at least 1", ErrInvalidTag, t.Name, t.MaxID)
+	}
+	return checkDescription(t.Name, t.Description)
+}
+
+// validate checks the fields a TagUpdate would change.
+func (u TagUpdate) validate() error {
+	if err := CheckTagName(u.Name); err != nil {
+		return err
+	}
+	if u.Step != nil {
+		if err := checkStoredStep(u.Name, *u.Step); err != nil {
+			return err
+		}
+	}
+	if u.Description != nil {
+		return checkDescription(u.Name, *u.Description)
+	}
+	return nil
+}
+
+// apply returns t with the update's fields changed.
+func (u TagUpdate) apply(t Tag) Tag {
+	if u.Step != nil {
+		t.Step = *u.Step
+	}
+	if u.Description != nil {
+		t.Description = *u.Description
+	}
+	return t
+}
+
+func checkStoredStep(name string, step int64) error {
+	if step < 1 || step > MaxStoredStep {
+		return fmt.Errorf("%w: tag %q: step %d must be between 1 and %d", ErrInvalidTag, name, step, MaxStoredStep)
+	}
+	return nil
+}
+
+func checkDescription(name, d string) error {
+	if n := utf8.RuneCountInString(d); n > maxDescription {
+		return fmt.Errorf("%w: tag %q: description of %d characters is longer than %d", ErrInvalidTag, name, n, maxDescription)
+	}
+	return nil
+}
+
+// checkTake validates Take's arguments, the same way in every store.
+func checkTake(name string, step int64) error {
+	if err := CheckTagName(name); err != nil {
+		return err
+	}
+	if step < 0 || step > MaxStoredStep {
+		return fmt.Errorf("%w: tag %q: step %d must be between 0 (the stored step) and %d", ErrInvalidTag, name, step, MaxStoredStep)
+	}
+	return nil
+}
+
+// advance returns t with MaxID moved past one segment of step (t.Step when step is 0),
+// or ErrMaxIDOverflow. Shared by the stores that compute the new row themselves.
+func advance(t Tag, step int64) (Tag, error) {
+	if step == 0 {
+		step = t.Step
+	}
+	if step < 1 {
+		// A broken row, not a bad request: no ErrInvalidTag, or callers would answer 400.
+		return t, fmt.Errorf("tag %q: stored step %d is not positive", t.Name, step)
+	}
+	if t.MaxID > maxInt64-step {
+		return t, fmt.Errorf("tag %q: max_id %d + step %d: %w", t.Name, t.MaxID, step, ErrMaxIDOverflow)
+	}
+	t.MaxID += step
+	return t, nil
+}
+
+const maxInt64 = 1<<63 - 1
