@@ -1,0 +1,184 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leafbus/leafbus/segment"
+)
+
+// TagInfo is a tag as the admin subjects show it (PROTOCOL.md "Managing tags"). MaxID
+// is also given as a string because JSON readers that use doubles lose precision
+// above 2^53.
+type TagInfo struct {
+	Tag         string `json:"tag"`
+	MaxID       int64  `json:"max_id"`
+	MaxIDStr    string `json:"max_id_str"`
+	Step        int64  `json:"step"`
+	Description string `json:"description"`
+	UpdateTime  string `json:"update_time"`
+}
+
+// AddTagRequest is the body of leaf.admin.tags.add. Step is required; MaxID defaults to 1.
+type AddTagRequest struct {
+	Tag         string  `json:"tag"`
+	Step        *int64  `json:"step,omitempty"`
+	MaxID       *int64  `json:"max_id,omitempty"`
+	Description *string `json:"description,omitempty"`
+}
+
+// UpdateTagRequest is the body of leaf.admin.tags.update: the tag and at least one of
+// step and description.
+type UpdateTagRequest struct {
+	Tag         string  `json:"tag"`
+	Step        *int64  `json:"step,omitempty"`
+	Description *string `json:"description,omitempty"`
+}
+
+func tagInfo(t segment.Tag) TagInfo {
+	var ut string
+	if !t.UpdateTime.IsZero() {
+		ut = t.UpdateTime.UTC().Format(time.RFC3339)
+	}
+	return TagInfo{
+		Tag:         t.Name,
+		MaxID:       t.MaxID,
+		MaxIDStr:    strconv.FormatInt(t.MaxID, 10),
+		Step:        t.Step,
+		Description: t.Description,
+		UpdateTime:  ut,
+	}
+}
+
+// admin wraps an admin call: it runs on its own goroutine (it is a store round trip,
+// which must not hold up the delivery goroutine), bounded by AdminTimeout, and answers
+// JSON or an error through the reply subject.
+func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)) micro.HandlerFunc {
+	return func(req micro.Request) {
+		if s.cfg.Tags == nil {
+			s.fail(req, nil, fmt.Errorf("%w: tag admin is not configured on this dispenser", ErrUnavailable))
+			return
+		}
+		select {
+		case s.waiting <- struct{}{}:
+		default:
+			s.fail(req, nil, fmt.Errorf("%w: %d requests are already waiting", ErrUnavailable, s.cfg.MaxWaiting))
+			return
+		}
+		body := bytes.Clone(req.Data())
+		reply, subject := req.Reply(), req.Subject()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.waiting }()
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AdminTimeout)
+			defer cancel()
+			m := &nats.Msg{Subject: reply}
+			v, err := call(ctx, body)
+			if err == nil {
+				m.Data, err = json.Marshal(v)
+			}
+			if err != nil {
+				code, desc := s.describe(subject, nil, err)
+				m.Header = nats.Header{
+					micro.ErrorCodeHeader: []string{strconv.Itoa(code)},
+					micro.ErrorHeader:     []string{desc},
+				}
+				m.Data = nil
+			}
+			s.publish(subject, m)
+		}()
+	}
+}
+
+// decodeStrict reads one JSON object, refusing unknown fields (a typo such as "stpe"
+// must not silently do nothing) and trailing data.
+func decodeStrict(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("empty body: want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("body is not a valid JSON object for this subject: %v", err)
+	}
+	if dec.More() {
+		return badRequest("body holds more than one JSON value")
+	}
+	return nil
+}
+
+func (s *Service) addTag(ctx context.Context, body []byte) (any, error) {
+	var r AddTagRequest
+	if err := decodeStrict(body, &r); err != nil {
+		return nil, err
+	}
+	if r.Step == nil {
+		return nil, badRequest("step is required (1 to %d)", segment.MaxStoredStep)
+	}
+	t := segment.Tag{Name: r.Tag, Step: *r.Step, MaxID: 1}
+	if r.MaxID != nil {
+		t.MaxID = *r.MaxID
+	}
+	if r.Description != nil {
+		t.Description = *r.Description
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	added, err := s.cfg.Tags.AddTag(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("add tag %q: %w", r.Tag, err)
+	}
+	s.logger.Info("tag added", "tag", added.Name, "step", added.Step, "max_id", added.MaxID)
+	return tagInfo(added), nil
+}
+
+func (s *Service) listTags(ctx context.Context, _ []byte) (any, error) {
+	tags, err := s.cfg.Tags.Tags(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list tags: %w", err)
+	}
+	out := make([]TagInfo, 0, len(tags))
+	for _, t := range tags {
+		out = append(out, tagInfo(t))
+	}
+	return out, nil
+}
+
+func (s *Service) updateTag(ctx context.Context, body []byte) (any, error) {
+	var r UpdateTagRequest
+	if err := decodeStrict(body, &r); err != nil {
+		return nil, err
+	}
+	if err := segment.CheckTagName(r.Tag); err != nil {
+		return nil, err
+	}
+	if r.Step == nil && r.Description == nil {
+		return nil, badRequest("nothing to update for tag %q: give step and/or description", r.Tag)
+	}
+	// Validate the new values as a whole tag would be validated.
+	probe := segment.Tag{Name: r.Tag, Step: 1, MaxID: 1}
+	if r.Step != nil {
+		probe.Step = *r.Step
+	}
+	if r.Description != nil {
+		probe.Description = *r.Description
+	}
+	if err := probe.Validate(); err != nil {
+		return nil, err
+	}
+	updated, err := s.cfg.Tags.UpdateTag(ctx, segment.TagUpdate{Name: r.Tag, Step: r.Step, Description: r.Description})
+	if err != nil {
+		return nil, fmt.Errorf("update tag %q: %w", r.Tag, err)
+	}
+	s.logger.Info("tag updated", "tag", updated.Name, "step", updated.Step)
+	return tagInfo(updated), nil
+}

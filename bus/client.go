@@ -1,0 +1,206 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Client asks dispensers for IDs over NATS request/reply: the protocol of PROTOCOL.md
+// in Go. It is safe for concurrent use. Error replies come back as *Error, which
+// matches ErrBadRequest, ErrNotFound, ErrConflict, ErrUnavailable and ErrInternal with
+// errors.Is; no dispenser running gives nats.ErrNoResponders.
+type Client struct {
+	nc      *nats.Conn
+	prefix  string
+	timeout time.Duration
+	enc     Encoding
+}
+
+// ClientOption changes a Client's defaults.
+type ClientOption func(*Client) error
+
+// WithPrefix talks to the dispensers of another prefix than "leaf".
+func WithPrefix(p string) ClientOption {
+	return func(c *Client) error {
+		if err := CheckPrefix(p); err != nil {
+			return err
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// WithTimeout bounds calls whose context has no deadline (default 5 s).
+func WithTimeout(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("client timeout %v: want > 0", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithEncoding sets the reply encoding the client asks for (default Binary, the
+// cheaper one to encode and parse; Text is what a human sees with `nats req`).
+func WithEncoding(e Encoding) ClientOption {
+	return func(c *Client) error {
+		if e != Text && e != Binary {
+			return fmt.Errorf("encoding %d: want Text or Binary", e)
+		}
+		c.enc = e
+		return nil
+	}
+}
+
+// NewClient returns a client on nc; nc stays the caller's to close.
+func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+	c := &Client{nc: nc, prefix: "leaf", timeout: 5 * time.Second, enc: Binary}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Segment returns one ID of biz tag tag.
+func (c *Client) Segment(ctx context.Context, tag string) (int64, error) {
+	return c.one(ctx, SegmentKind, tag)
+}
+
+// SegmentN returns n IDs of tag, strictly increasing.
+func (c *Client) SegmentN(ctx context.Context, tag string, n int) ([]int64, error) {
+	return c.ids(ctx, SegmentKind, tag, n, nil)
+}
+
+// Snowflake returns one snowflake ID; tag labels the caller in the dispenser's stats.
+func (c *Client) Snowflake(ctx context.Context, tag string) (int64, error) {
+	return c.one(ctx, SnowflakeKind, tag)
+}
+
+// SnowflakeN returns n snowflake IDs, strictly increasing.
+func (c *Client) SnowflakeN(ctx context.Context, tag string, n int) ([]int64, error) {
+	return c.ids(ctx, SnowflakeKind, tag, n, nil)
+}
+
+// Fill fills dst with len(dst) IDs of the kind and tag, in one request.
+func (c *Client) Fill(ctx context.Context, kind Kind, tag string, dst []int64) error {
+	_, err := c.ids(ctx, kind, tag, len(dst), dst)
+	return err
+}
+
+func (c *Client) one(ctx context.Context, kind Kind, tag string) (int64, error) {
+	var one [1]int64
+	if _, err := c.ids(ctx, kind, tag, 1, one[:]); err != nil {
+		return 0, err
+	}
+	return one[0], nil
+}
+
+func (c *Client) ids(ctx context.Context, kind Kind, tag string, n int, dst []int64) ([]int64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%w: count %d: want at least 1", ErrBadRequest, n)
+	}
+	msg := nats.NewMsg(c.prefix + "." + kind.String() + "." + tag)
+	if n > 1 {
+		msg.Data = strconv.AppendInt(nil, int64(n), 10)
+	}
+	if c.enc == Binary {
+		msg.Header.Set(EncodingHeader, "binary")
+	}
+	reply, err := c.request(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("%s IDs for %q: %w", kind, tag, err)
+	}
+	if dst == nil {
+		dst = make([]int64, 0, n)
+	}
+	ids, err := decodeIDs(reply.Data, c.enc, n, dst)
+	if err != nil {
+		return nil, fmt.Errorf("%s IDs for %q: bad reply: %w", kind, tag, err)
+	}
+	return ids, nil
+}
+
+// Decode asks a dispenser to take a snowflake ID apart with its layout.
+func (c *Client) Decode(ctx context.Context, id int64) (DecodedID, error) {
+	var d DecodedID
+	msg := nats.NewMsg(c.prefix + ".decode.snowflake")
+	msg.Data = strconv.AppendInt(nil, id, 10)
+	err := c.call(ctx, msg, &d)
+	if err != nil {
+		return DecodedID{}, fmt.Errorf("decode %d: %w", id, err)
+	}
+	return d, nil
+}
+
+// AddTag creates a segment tag (ErrConflict if it exists).
+func (c *Client) AddTag(ctx context.Context, r AddTagRequest) (TagInfo, error) {
+	var t TagInfo
+	err := c.callJSON(ctx, "add", r, &t)
+	return t, err
+}
+
+// Tags lists the segment tags, sorted by name.
+func (c *Client) Tags(ctx context.Context) ([]TagInfo, error) {
+	var ts []TagInfo
+	err := c.callJSON(ctx, "list", nil, &ts)
+	return ts, err
+}
+
+// UpdateTag changes a tag's step and/or description (ErrNotFound if it does not exist).
+func (c *Client) UpdateTag(ctx context.Context, r UpdateTagRequest) (TagInfo, error) {
+	var t TagInfo
+	err := c.callJSON(ctx, "update", r, &t)
+	return t, err
+}
+
+func (c *Client) callJSON(ctx context.Context, op string, body, out any) error {
+	msg := nats.NewMsg(c.prefix + ".admin.tags." + op)
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("tags %s: %w", op, err)
+		}
+		msg.Data = b
+	}
+	if err := c.call(ctx, msg, out); err != nil {
+		return fmt.Errorf("tags %s: %w", op, err)
+	}
+	return nil
+}
+
+func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
+	reply, err := c.request(ctx, msg)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(reply.Data, out); err != nil {
+		return fmt.Errorf("bad reply %q: %w", reply.Data, err)
+	}
+	return nil
+}
+
+// request sends msg and turns a service error reply into *Error.
+func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, err
+	}
+	if err := replyError(reply.Header.Get(micro.ErrorCodeHeader), reply.Header.Get(micro.ErrorHeader)); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}

@@ -1,0 +1,147 @@
+package bus
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnConfig says how to reach an existing NATS deployment: the servers and the
+// credentials, as operators give them to `dispenser --nats`, the `dispenser tag` commands
+// and `bench`. At most one of User/Password, Token, NKeySeedFile and CredsFile is set.
+type ConnConfig struct {
+	URLs         string // comma separated, e.g. nats://10.0.0.1:4222,nats://10.0.0.2:4222
+	User         string
+	Password     string
+	Token        string
+	NKeySeedFile string // a file holding an NKey user seed (SU...)
+	CredsFile    string // a .creds file (JWT and seed), as `nsc` writes them
+	TLSCA        string // CA bundle to verify the servers; enables TLS
+	TLSCert      string // client certificate (mutual TLS), with TLSKey
+	TLSKey       string
+	Name         string // connection name shown by the servers' monitoring
+}
+
+// RegisterFlags adds the credential and TLS flags (not the URL flag, whose name and
+// default differ per command) to fs.
+func (c *ConnConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.User, "user", c.User, "NATS user name (with --password)")
+	fs.StringVar(&c.Password, "password", c.Password, "NATS password")
+	fs.StringVar(&c.Token, "token", c.Token, "NATS authentication token")
+	fs.StringVar(&c.NKeySeedFile, "nkey", c.NKeySeedFile, "file holding a NATS NKey user seed")
+	fs.StringVar(&c.CredsFile, "creds", c.CredsFile, "NATS .creds file (JWT and seed)")
+	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "CA certificates (PEM) that verify the NATS servers; turns TLS on")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "client certificate (PEM) for mutual TLS, with --tls-key")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "client private key (PEM) for --tls-cert")
+}
+
+// Validate reports contradictory or incomplete settings, naming the flags involved.
+func (c ConnConfig) Validate() error {
+	if strings.TrimSpace(c.URLs) == "" {
+		return errors.New("no NATS server URL given")
+	}
+	var methods []string
+	if c.User != "" || c.Password != "" {
+		if c.User == "" {
+			return errors.New("--password given without --user")
+		}
+		methods = append(methods, "--user")
+	}
+	if c.Token != "" {
+		methods = append(methods, "--token")
+	}
+	if c.NKeySeedFile != "" {
+		methods = append(methods, "--nkey")
+	}
+	if c.CredsFile != "" {
+		methods = append(methods, "--creds")
+	}
+	if len(methods) > 1 {
+		return fmt.Errorf("choose one NATS authentication method, got %s", strings.Join(methods, " and "))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("--tls-cert %q and --tls-key %q go together", c.TLSCert, c.TLSKey)
+	}
+	return nil
+}
+
+// Options turns the configuration into nats.go options. The connection retries forever
+// with back-off and jitter, and logs every state change, because a dispenser must outlive
+// a NATS server restart or the loss of a cluster node.
+func (c ConnConfig) Options(logger *slog.Logger) ([]nats.Option, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	opts := []nats.Option{
+		nats.Name(c.Name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(false),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			// 250 ms, doubling, at most 5 s: quick after a blip, gentle during an outage.
+			d := 250 * time.Millisecond << min(attempts, 5)
+			return min(d, 5*time.Second)
+		}),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil { // nil: a deliberate Close, not news
+				logger.Warn("NATS disconnected", "server", nc.ConnectedUrlRedacted(), "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			logger.Info("NATS connection closed")
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			logger.Error("NATS asynchronous error", "subject", subject, "err", err)
+		}),
+	}
+	switch {
+	case c.User != "":
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	case c.Token != "":
+		opts = append(opts, nats.Token(c.Token))
+	case c.NKeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(c.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("read NKey seed %q: %w", c.NKeySeedFile, err)
+		}
+		opts = append(opts, o)
+	case c.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	return opts, nil
+}
+
+// Connect connects to c.URLs with c's options.
+func (c ConnConfig) Connect(logger *slog.Logger) (*nats.Conn, error) {
+	opts, err := c.Options(logger)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(c.URLs, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", c.URLs, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,498 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/snowflake"
+)
+
+// SegmentSource hands out segment IDs (segment.Generator). TryFill never waits and does
+// no I/O: ok=false means the IDs are not in memory yet and Fill (which may wait) must be
+// called off the NATS delivery goroutine.
+type SegmentSource interface {
+	TryFill(tag string, dst []int64) (ok bool, err error)
+	Fill(ctx context.Context, tag string, dst []int64) error
+}
+
+// SnowflakeSource hands out snowflake IDs (snowflake.Generator). Fill waits at most
+// about a millisecond (a spent sequence) or twice a small clock step back.
+type SnowflakeSource interface {
+	Fill(dst []int64) error
+}
+
+// TagAdmin manages segment tags (segment.Store).
+type TagAdmin interface {
+	Tags(ctx context.Context) ([]segment.Tag, error)
+	AddTag(ctx context.Context, t segment.Tag) (segment.Tag, error)
+	UpdateTag(ctx context.Context, u segment.TagUpdate) (segment.Tag, error)
+}
+
+// Batches hands out ready-made replies (package pools): ok=false when it has none of
+// that shape, and the service makes the reply itself.
+type Batches interface {
+	Take(kind Kind, tag string, n int, enc Encoding) (reply []byte, ok bool)
+}
+
+// Kind is the kind of ID a subject asks for.
+type Kind uint8
+
+const (
+	SegmentKind Kind = iota
+	SnowflakeKind
+)
+
+func (k Kind) String() string {
+	if k == SnowflakeKind {
+		return "snowflake"
+	}
+	return "segment"
+}
+
+// ServiceConfig describes the micro service a dispenser runs. Sources left nil answer 503.
+type ServiceConfig struct {
+	Prefix   string // subject prefix, service name and queue group ("leaf")
+	Version  string // semantic version shown by $SRV.INFO
+	MaxBatch int    // largest count a request may ask for (10000)
+
+	Segments   SegmentSource
+	Snowflakes SnowflakeSource
+	Layout     snowflake.Layout // decodes snowflake IDs
+	Tags       TagAdmin
+	Batches    Batches
+
+	// WaitMax bounds how long a request waits for a segment that is being loaded or a
+	// tag being looked up; MaxWaiting bounds how many requests may wait at once (beyond
+	// it they are answered 503 at once, so a stalled store cannot pile up goroutines).
+	WaitMax    time.Duration
+	MaxWaiting int
+	// AdminTimeout bounds one admin call (a store round trip).
+	AdminTimeout time.Duration
+
+	// Stats adds data to an endpoint's $SRV.STATS entry ("segment", "snowflake", ...).
+	Stats  func(endpoint string) any
+	Logger *slog.Logger
+}
+
+// DefaultServiceConfig is the configuration of the protocol's defaults.
+func DefaultServiceConfig() ServiceConfig {
+	return ServiceConfig{
+		Prefix:       "leaf",
+		Version:      "1.0.0",
+		MaxBatch:     10000,
+		Layout:       snowflake.DefaultLayout(),
+		WaitMax:      2 * time.Second,
+		MaxWaiting:   4096,
+		AdminTimeout: 10 * time.Second,
+	}
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// CheckPrefix validates a subject prefix: it also names the service, the queue group,
+// the KV buckets and the pool stream, so it is limited to what all of those accept.
+func CheckPrefix(p string) error {
+	if !prefixRE.MatchString(p) {
+		return fmt.Errorf("--prefix %q: want 1 to 32 characters of A-Z a-z 0-9 _ -", p)
+	}
+	return nil
+}
+
+// MaxBatchLimit is the largest --max-batch: 10^6 IDs as text stay under 20 MB, far below
+// what NATS servers let through... but over the default 1 MB max_payload, which Validate
+// checks against the connection separately.
+const MaxBatchLimit = 1_000_000
+
+// Validate names the field, value and bound of the first bad setting.
+func (c ServiceConfig) Validate() error {
+	if err := CheckPrefix(c.Prefix); err != nil {
+		return err
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > MaxBatchLimit {
+		return fmt.Errorf("--max-batch %d: want 1 to %d", c.MaxBatch, MaxBatchLimit)
+	}
+	if err := c.Layout.Validate(); err != nil {
+		return err
+	}
+	if c.WaitMax <= 0 {
+		return fmt.Errorf("wait max %v: want > 0", c.WaitMax)
+	}
+	if c.MaxWaiting < 1 {
+		return fmt.Errorf("max waiting %d: want >= 1", c.MaxWaiting)
+	}
+	if c.AdminTimeout <= 0 {
+		return fmt.Errorf("admin timeout %v: want > 0", c.AdminTimeout)
+	}
+	return nil
+}
+
+// maxTextID is the longest decimal ID plus its separator: the text reply of n IDs
+// never exceeds n*maxTextID bytes.
+const maxTextID = 20
+
+// Service is the dispenser's NATS face: a micro service named after the prefix, in the
+// queue group of the same name, with endpoints for segment and snowflake IDs, decoding
+// and tag admin. It owns its connection, so that stopping it can drain every request
+// already delivered without cutting the connection the heartbeats use.
+type Service struct {
+	cfg    ServiceConfig
+	nc     *nats.Conn
+	svc    micro.Service
+	logger *slog.Logger
+
+	segmentSubject   string // "leaf.segment." : the tag follows
+	snowflakeSubject string
+
+	waiting chan struct{} // a slot per request waiting off the delivery goroutine
+	wg      sync.WaitGroup
+	ids     sync.Pool // *[]int64
+	bufs    sync.Pool // *[]byte
+
+	segStats, sfStats endpointCounters
+	stopOnce          sync.Once
+	stopErr           error
+}
+
+// endpointCounters are the service's own figures per ID endpoint; micro counts
+// requests and errors answered inline, these add what it cannot see.
+type endpointCounters struct {
+	waited      atomic.Uint64 // requests answered off the delivery goroutine
+	waitErrors  atomic.Uint64 // of those, answered with an error
+	overloaded  atomic.Uint64 // refused because MaxWaiting requests were already waiting
+	pooled      atomic.Uint64 // answered with a ready-made batch
+	idsIssued   atomic.Uint64
+	lastErrText atomic.Value // string
+}
+
+// NewService registers the service on nc, which it then owns (Stop drains and closes
+// it). Requests are served from the moment it returns.
+func NewService(nc *nats.Conn, cfg ServiceConfig) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if need := int64(cfg.MaxBatch) * maxTextID; need > nc.MaxPayload() {
+		return nil, fmt.Errorf("--max-batch %d: a text reply may need %d bytes, but the NATS server's max_payload is %d", cfg.MaxBatch, need, nc.MaxPayload())
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{
+		cfg:              cfg,
+		nc:               nc,
+		logger:           logger,
+		segmentSubject:   cfg.Prefix + ".segment.",
+		snowflakeSubject: cfg.Prefix + ".snowflake.",
+		waiting:          make(chan struct{}, cfg.MaxWaiting),
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        cfg.Prefix,
+		Version:     cfg.Version,
+		Description: "Leaf ID dispenser: segment and snowflake IDs over NATS",
+		QueueGroup:  cfg.Prefix,
+		Metadata:    map[string]string{"max_batch": strconv.Itoa(cfg.MaxBatch)},
+		StatsHandler: func(e *micro.Endpoint) any {
+			return s.endpointStats(e.Name)
+		},
+		ErrorHandler: func(_ micro.Service, err *micro.NATSError) {
+			logger.Error("service subscription error", "subject", err.Subject, "err", err.Description)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("add micro service %q: %w", cfg.Prefix, err)
+	}
+	s.svc = svc
+	p := cfg.Prefix
+	endpoints := []struct {
+		name, subject string
+		handler       micro.HandlerFunc
+	}{
+		{"segment", p + ".segment.*", s.handleIDs(SegmentKind)},
+		{"snowflake", p + ".snowflake.*", s.handleIDs(SnowflakeKind)},
+		{"decode", p + ".decode.snowflake", s.handleDecode},
+		{"tags-add", p + ".admin.tags.add", s.admin(s.addTag)},
+		{"tags-list", p + ".admin.tags.list", s.admin(s.listTags)},
+		{"tags-update", p + ".admin.tags.update", s.admin(s.updateTag)},
+	}
+	for _, e := range endpoints {
+		if err := svc.AddEndpoint(e.name, e.handler, micro.WithEndpointSubject(e.subject)); err != nil {
+			svc.Stop()
+			return nil, fmt.Errorf("add endpoint %s on %q: %w", e.name, e.subject, err)
+		}
+	}
+	return s, nil
+}
+
+// Info is the service's $SRV.INFO answer.
+func (s *Service) Info() micro.Info { return s.svc.Info() }
+
+// Stop stops taking requests, answers every request already delivered (including
+// those waiting for a segment, at most WaitMax), then closes the connection. The
+// result of the first call is returned by every call.
+func (s *Service) Stop() error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	return s.stopErr
+}
+
+func (s *Service) stop() error {
+	var errs []error
+	if err := s.svc.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stop service: %w", err))
+	}
+	// micro drains the subscriptions asynchronously: wait until every one is gone,
+	// meaning every message delivered before the stop went through its handler.
+	deadline := time.Now().Add(s.cfg.WaitMax + 5*time.Second)
+	for s.nc.NumSubscriptions() > 0 && !s.nc.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.wg.Wait() // requests waiting for a segment end within WaitMax
+	if err := s.nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		errs = append(errs, fmt.Errorf("flush replies: %w", err))
+	}
+	s.nc.Close()
+	return errors.Join(errs...)
+}
+
+// handleIDs serves leaf.segment.<tag> and leaf.snowflake.<tag>. Everything here runs
+// on the endpoint's delivery goroutine, serially, so nothing here may wait on I/O: a
+// segment that is not in memory is waited for on a goroutine of its own.
+func (s *Service) handleIDs(kind Kind) micro.HandlerFunc {
+	subjectPrefix, counters := s.segmentSubject, &s.segStats
+	if kind == SnowflakeKind {
+		subjectPrefix, counters = s.snowflakeSubject, &s.sfStats
+	}
+	return func(req micro.Request) {
+		subject := req.Subject()
+		tag := subject[min(len(subjectPrefix), len(subject)):]
+		if err := segment.CheckTagName(tag); err != nil {
+			s.fail(req, counters, err)
+			return
+		}
+		n, err := parseCount(req.Data(), s.cfg.MaxBatch)
+		if err != nil {
+			s.fail(req, counters, err)
+			return
+		}
+		enc, err := parseEncoding(req.Headers().Get(EncodingHeader))
+		if err != nil {
+			s.fail(req, counters, err)
+			return
+		}
+		if s.cfg.Batches != nil {
+			if reply, ok := s.cfg.Batches.Take(kind, tag, n, enc); ok {
+				counters.pooled.Add(1)
+				counters.idsIssued.Add(uint64(n))
+				s.respond(req, reply)
+				return
+			}
+		}
+		ids := s.getIDs(n)
+		switch kind {
+		case SnowflakeKind:
+			if s.cfg.Snowflakes == nil {
+				err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", ErrUnavailable)
+			} else {
+				err = s.cfg.Snowflakes.Fill(ids)
+			}
+		default:
+			if s.cfg.Segments == nil {
+				err = fmt.Errorf("%w: segment IDs are not configured on this dispenser", ErrUnavailable)
+				break
+			}
+			var ok bool
+			if ok, err = s.cfg.Segments.TryFill(tag, ids); err == nil && !ok {
+				s.waitForSegment(req, tag, ids, enc)
+				return
+			}
+		}
+		if err != nil {
+			s.putIDs(ids)
+			s.fail(req, counters, err)
+			return
+		}
+		counters.idsIssued.Add(uint64(n))
+		s.respondIDs(req, ids, enc)
+	}
+}
+
+// waitForSegment answers a segment request whose IDs are not in memory (a tag seen for
+// the first time, or both buffers spent while the next segment loads) off the delivery
+// goroutine, so other tags keep being served meanwhile. It answers through the reply
+// subject, not req: micro reads req's state once the handler returns.
+func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc Encoding) {
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+		s.putIDs(ids)
+		s.segStats.overloaded.Add(1)
+		s.fail(req, &s.segStats, fmt.Errorf("%w: %d requests are already waiting for segments", ErrUnavailable, s.cfg.MaxWaiting))
+		return
+	}
+	s.segStats.waited.Add(1)
+	reply, subject := req.Reply(), req.Subject()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.waiting }()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WaitMax)
+		defer cancel()
+		if err := s.cfg.Segments.Fill(ctx, tag, ids); err != nil {
+			if ctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
+				err = fmt.Errorf("%w: no segment for %q within %v: %w", ErrUnavailable, tag, s.cfg.WaitMax, err)
+			}
+			s.putIDs(ids)
+			s.segStats.waitErrors.Add(1)
+			code, desc := s.describe(subject, &s.segStats, err)
+			s.publish(subject, &nats.Msg{Subject: reply, Header: nats.Header{
+				micro.ErrorCodeHeader: []string{strconv.Itoa(code)},
+				micro.ErrorHeader:     []string{desc},
+			}})
+			return
+		}
+		s.segStats.idsIssued.Add(uint64(len(ids)))
+		bp := s.getBuf(len(ids) * maxTextID)
+		b := AppendIDs((*bp)[:0], ids, enc)
+		s.putIDs(ids)
+		s.publish(subject, &nats.Msg{Subject: reply, Data: b})
+		*bp = b
+		s.bufs.Put(bp)
+	}()
+}
+
+func (s *Service) publish(subject string, m *nats.Msg) {
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.logger.Warn("reply not sent", "subject", subject, "err", err)
+	}
+}
+
+func (s *Service) respondIDs(req micro.Request, ids []int64, enc Encoding) {
+	bp := s.getBuf(len(ids) * maxTextID)
+	b := AppendIDs((*bp)[:0], ids, enc)
+	s.putIDs(ids)
+	s.respond(req, b) // the connection copies the reply into its write buffer
+	*bp = b
+	s.bufs.Put(bp)
+}
+
+func (s *Service) respond(req micro.Request, b []byte) {
+	if err := req.Respond(b); err != nil {
+		s.logger.Warn("reply not sent", "subject", req.Subject(), "err", err)
+	}
+}
+
+// fail answers an error with its wire code; a 500 is logged in full since the wire
+// only says "internal error".
+func (s *Service) fail(req micro.Request, counters *endpointCounters, err error) {
+	code, desc := s.describe(req.Subject(), counters, err)
+	if rerr := req.Error(strconv.Itoa(code), desc, nil); rerr != nil {
+		s.logger.Warn("error reply not sent", "subject", req.Subject(), "code", code, "err", rerr)
+	}
+}
+
+// describe turns err into its wire code and description, logging a 500 in full and
+// remembering the last refusal for the stats.
+func (s *Service) describe(subject string, counters *endpointCounters, err error) (int, string) {
+	code, desc := codeOf(err)
+	if code == 500 {
+		s.logger.Error("request failed", "subject", subject, "err", err)
+	}
+	if counters != nil && code >= 500 {
+		counters.lastErrText.Store(desc)
+	}
+	return code, desc
+}
+
+func (s *Service) getIDs(n int) []int64 {
+	if p, ok := s.ids.Get().(*[]int64); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]int64, n, max(n, 16))
+}
+
+func (s *Service) putIDs(ids []int64) {
+	s.ids.Put(&ids)
+}
+
+func (s *Service) getBuf(n int) *[]byte {
+	if p, ok := s.bufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return p
+	}
+	b := make([]byte, 0, max(n, 64))
+	return &b
+}
+
+// DecodedID is the reply of leaf.decode.snowflake.
+type DecodedID struct {
+	ID        string `json:"id"`
+	Timestamp int64  `json:"timestamp"`
+	Time      string `json:"time"`
+	WorkerID  int64  `json:"worker_id"`
+	Sequence  int64  `json:"sequence"`
+}
+
+func (s *Service) handleDecode(req micro.Request) {
+	id, err := parseID(req.Data())
+	if err != nil {
+		s.fail(req, nil, err)
+		return
+	}
+	d, err := s.cfg.Layout.Decode(id)
+	if err != nil {
+		s.fail(req, nil, err)
+		return
+	}
+	b, err := json.Marshal(DecodedID{
+		ID:        strconv.FormatInt(d.ID, 10),
+		Timestamp: d.Timestamp,
+		Time:      d.Time().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		WorkerID:  d.WorkerID,
+		Sequence:  d.Sequence,
+	})
+	if err != nil {
+		s.fail(req, nil, err)
+		return
+	}
+	s.respond(req, b)
+}
+
+func (s *Service) endpointStats(name string) any {
+	data := map[string]any{}
+	var c *endpointCounters
+	switch name {
+	case "segment":
+		c = &s.segStats
+	case "snowflake":
+		c = &s.sfStats
+	}
+	if c != nil {
+		data["ids_issued"] = c.idsIssued.Load()
+		data["pooled_replies"] = c.pooled.Load()
+		data["waited"] = c.waited.Load()
+		data["wait_errors"] = c.waitErrors.Load()
+		data["overloaded"] = c.overloaded.Load()
+		if v, _ := c.lastErrText.Load().(string); v != "" {
+			data["last_unavailable"] = v
+		}
+	}
+	if s.cfg.Stats != nil {
+		if extra := s.cfg.Stats(name); extra != nil {
+			data["source"] = extra
+		}
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	return data
+}
