@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/bus"
+)
+
+// TestConcurrentClientsNoDuplicate: 8 clients, each with its own connection, take 50k
+// IDs each (singles and batches of up to 100, segment and snowflake, text and binary);
+// every ID of a kind goes into one set.
+func TestConcurrentClientsNoDuplicate(t *testing.T) {
+	d := startDispenser(t, func(m *Main) {
+		m.Config.Pools = nil
+	})
+	const clients, perClient = 8, 50_000
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type result struct {
+		kind bus.Kind
+		ids  []int64
+		err  error
+	}
+	results := make(chan result, clients)
+	for c := 0; c < clients; c++ {
+		kind := bus.Kind(c % 2)
+		enc := bus.Encoding((c / 2) % 2)
+		client := d.client(t, bus.WithEncoding(enc))
+		rng := rand.New(rand.NewPCG(uint64(c), 7))
+		go func() {
+			ids := make([]int64, 0, perClient)
+			for len(ids) < perClient {
+				n := 1
+				if rng.IntN(4) == 0 { // a quarter of the requests are batches
+					n = min(1+rng.IntN(100), perClient-len(ids))
+				} else if len(ids) > 5000 {
+					n = min(50, perClient-len(ids)) // keep the test short under -race
+				}
+				tag := sampleTag
+				if kind == bus.SnowflakeKind {
+					tag = fmt.Sprintf("client%d", c)
+				}
+				batch := make([]int64, n)
+				if err := client.Fill(ctx, kind, tag, batch); err != nil {
+					results <- result{kind, nil, err}
+					return
+				}
+				ids = append(ids, batch...)
+			}
+			results <- result{kind, ids, nil}
+		}()
+	}
+	seen := map[bus.Kind]map[int64]bool{bus.SegmentKind: {}, bus.SnowflakeKind: {}}
+	for c := 0; c < clients; c++ {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("client: %v", r.err)
+		}
+		for _, id := range r.ids {
+			if seen[r.kind][id] {
+				t.Fatalf("%v ID %d handed out twice", r.kind, id)
+			}
+			seen[r.kind][id] = true
+		}
+	}
+	if n := len(seen[bus.SegmentKind]) + len(seen[bus.SnowflakeKind]); n != clients*perClient {
+		t.Fatalf("%d distinct IDs, want %d", n, clients*perClient)
+	}
+}
+
+// buildDispenser compiles the real binary once per test binary run.
+var buildDispenser = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "leafbus-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "dispenser")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// process is the dispenser running as its own process.
+type process struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *syncBuffer
+	done   chan error
+}
+
+// startBinary runs the compiled dispenser with args (plus --listen and --data-dir when
+// not given) and waits for its ready line.
+func startBinary(t *testing.T, dataDir string, args ...string) *process {
+	t.Helper()
+	bin, err := buildDispenser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	args = append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dataDir, "--node-id", "bin-test"}, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "LEAFBUS_LOG_LEVEL=debug")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &process{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = b.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		var lines []string
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+			if strings.Contains(sc.Text(), "req leaf.segment.") {
+				ready <- strings.Join(lines, "\n")
+			}
+		}
+	}()
+	go func() { b.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-b.done
+	})
+	select {
+	case out := <-ready:
+		t.Logf("dispenser says:\n%s", out)
+	case err := <-b.done:
+		b.done <- err
+		t.Fatalf("dispenser exited before it was ready: %v\nstderr:\n%s", err, b.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("dispenser not ready within 60s\nstderr:\n%s", b.stderr.String())
+	}
+	return b
+}
+
+// TestBinarySignalDrain runs the real binary, keeps requests flowing, sends SIGTERM:
+// every request delivered before the stop is answered (none times out), and the exit
+// code is 0.
+func TestBinarySignalDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	b := startBinary(t, t.TempDir())
+	nc, err := nats.Connect(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Request("leaf.segment."+sampleTag, nil, 5*time.Second); err != nil {
+		t.Fatalf("first request to the binary: %v", err)
+	}
+
+	var answered, noResponders, other sync.Map
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := nc.Request("leaf.segment."+sampleTag, []byte("10"), 5*time.Second)
+				switch {
+				case err == nil:
+					answered.Store(fmt.Sprint(w, i), true)
+				case errors.Is(err, nats.ErrNoResponders):
+					noResponders.Store(fmt.Sprint(w, i), true)
+					return
+				default:
+					other.Store(fmt.Sprint(w, i), err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var exitErr error
+	select {
+	case exitErr = <-b.done:
+		b.done <- exitErr
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dispenser did not exit within 30s of SIGTERM\nstderr:\n%s", b.stderr.String())
+	}
+	close(stop)
+	wg.Wait()
+	if exitErr != nil {
+		t.Fatalf("exit after SIGTERM: %v, want code 0\nstderr:\n%s", exitErr, b.stderr.String())
+	}
+	n := 0
+	answered.Range(func(_, _ any) bool { n++; return true })
+	if n == 0 {
+		t.Fatal("no request was answered before the stop")
+	}
+	other.Range(func(k, v any) bool {
+		t.Errorf("request %v failed with %v: want an answer or no-responders, never a lost request", k, v)
+		return true
+	})
+	if !strings.Contains(b.stderr.String(), "stopped") {
+		t.Errorf("no stop log line in:\n%s", b.stderr.String())
+	}
+}

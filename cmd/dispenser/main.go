@@ -1,0 +1,60 @@
+// Command dispenser serves Leaf-style segment and snowflake IDs over NATS.
+//
+// With no flags it embeds a NATS server with JetStream and keeps everything it needs in
+// ./leafbus-data; with --nats, --segment-store mysql and --worker-registry zk it runs
+// against a production NATS cluster, MySQL (Leaf's leaf_alloc table) and ZooKeeper
+// (Leaf's worker-ID layout). `dispenser --help` lists every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(runCommand(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runCommand dispatches to the serve command or a subcommand and turns its error into an
+// exit code: 0 on success or --help, 2 for bad flags, 1 for anything else.
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var err error
+	if len(args) > 0 {
+		switch args[0] {
+		case "tag":
+			err = runTag(ctx, args[1:], stdout, stderr)
+			return exitCode(err, stderr)
+		case "decode":
+			err = runDecode(ctx, args[1:], stdout, stderr)
+			return exitCode(err, stderr)
+		}
+	}
+	m := NewMain()
+	m.Stdout, m.Stderr = stdout, stderr
+	if err := m.ParseFlags(args); err != nil {
+		return exitCode(err, stderr)
+	}
+	return exitCode(m.Run(ctx), stderr)
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(*usageError)):
+		fmt.Fprintf(stderr, "dispenser: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "dispenser: %v\n", err)
+	return 1
+}
+
+// usageError is a mistake on the command line (exit code 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
