@@ -1,0 +1,10 @@
+package workerid
+
+import (
+	"testing"
+
+	"github.com/leafbus/leafbus/testenv"
+)
+
+// TestMain stops the shared MariaDB and ZooKeeper that tests of this package start.
+func TestMain(m *testing.M) { testenv.Main(m) }
