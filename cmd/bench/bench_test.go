@@ -28,6 +28,9 @@ type fakeDispenser struct {
 	next    uint64
 	replies int
 	perTag  map[string]int
+	lastID  map[string]uint64 // per tag, the last ID replied
+	// duplicated is set once the planted duplicate went out.
+	duplicated bool
 }
 
 // faults are the reply numbers at which a fakeDispenser misbehaves.
@@ -39,7 +42,7 @@ type faults struct {
 // a dispenser uses. A subscription's callback runs serially, so replies leave in order.
 func startFake(tb testing.TB, n *testenv.NATS, fl faults) *fakeDispenser {
 	tb.Helper()
-	f := &fakeDispenser{faults: fl, next: 1000, perTag: map[string]int{}}
+	f := &fakeDispenser{faults: fl, next: 1000, perTag: map[string]int{}, lastID: map[string]uint64{}}
 	nc := n.Connect(tb)
 	if _, err := nc.QueueSubscribe("leaf.*.*", "leaf", f.serve); err != nil {
 		tb.Fatalf("fake dispenser: subscribe: %v", err)
@@ -55,7 +58,8 @@ func (f *fakeDispenser) serve(m *nats.Msg) {
 	defer f.mu.Unlock()
 	f.replies++
 	k := f.replies
-	f.perTag[m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]]++
+	tag := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	f.perTag[tag]++
 	count := 1
 	if body := strings.TrimSpace(string(m.Data)); body != "" {
 		count, _ = strconv.Atoi(body)
@@ -69,14 +73,17 @@ func (f *fakeDispenser) serve(m *nats.Msg) {
 		return
 	}
 	start := f.next
-	if k == f.dupAt {
-		start-- // the previous reply's last ID, once more
+	if last, ok := f.lastID[tag]; ok && k >= f.dupAt && f.dupAt > 0 && !f.duplicated {
+		// The last ID of this tag's previous reply, once more: segment IDs are unique
+		// per tag, so only a repeat within a tag is a duplicate.
+		start, f.duplicated = last, true
 	}
 	ids := make([]uint64, count)
 	for i := range ids {
 		ids[i] = start + uint64(i)
 	}
-	f.next = start + uint64(count)
+	f.next = max(f.next, start+uint64(count))
+	f.lastID[tag] = ids[count-1]
 	if k == f.disorderAt && count > 1 {
 		ids[0], ids[1] = ids[1], ids[0]
 	}
@@ -385,7 +392,8 @@ func TestBenchCommand(t *testing.T) {
 	}{
 		{"DuplicateFailsJSON", []string{"--nats", n.URL(), "--requests", "50", "--warmup", "0", "--check", "--json"}, exitFailed, `"duplicates": 1`},
 		{"CleanRunText", []string{"--nats", n.URL(), "--requests", "50", "--warmup", "0", "--batch", "2"}, exitOK, "requests/s"},
-		{"EmbeddedNotYet", []string{"--embedded", "--requests", "1"}, exitTrouble, "not yet available"},
+		{"EmbeddedSegmentChecked", []string{"--embedded", "--requests", "3000", "--warmup", "0", "--batch", "7", "--tags", "a,b", "--check", "--json"}, exitOK, `"duplicates": 0`},
+		{"EmbeddedSnowflakeSlowStore", []string{"--embedded", "--kind", "snowflake", "--store-delay", "5ms", "--requests", "500", "--warmup", "0", "--check"}, exitOK, "requests/s"},
 		{"BadFlag", []string{"--kind", "uuid"}, exitTrouble, `--kind "uuid"`},
 		{"Help", []string{"--help"}, exitOK, "Exit status"},
 	}
@@ -431,6 +439,8 @@ func TestParseFlags(t *testing.T) {
 		{"ErrBadTag", []string{"--tags", "a.b"}, nil, true},
 		{"ErrInflightWithRate", []string{"--rate", "10", "--inflight", "2"}, nil, true},
 		{"ErrEmbeddedWithNats", []string{"--embedded", "--nats", "nats://x:4222"}, nil, true},
+		{"ErrStoreDelayWithoutEmbedded", []string{"--store-delay", "10ms"}, nil, true},
+		{"ErrStoreDelayNegative", []string{"--embedded", "--store-delay", "-1s"}, nil, true},
 		{"ErrSpillWithoutCheck", []string{"--check-spill", "/tmp"}, nil, true},
 		{"ErrBaseline", []string{"--baseline", "redis"}, nil, true},
 		{"ErrEncoding", []string{"--encoding", "json"}, nil, true},

@@ -43,6 +43,18 @@ type checkResult struct {
 	Runs       int      // run files written (0: everything fitted in memory)
 }
 
+// add sums o into r, as when several ID spaces were checked apart.
+func (r *checkResult) add(o checkResult) {
+	r.IDs += o.IDs
+	r.Duplicates += o.Duplicates
+	r.Runs += o.Runs
+	for _, v := range o.Samples {
+		if len(r.Samples) < maxDuplicateSamples {
+			r.Samples = append(r.Samples, v)
+		}
+	}
+}
+
 // newChecker makes a checker for collectors clients. spillRoot "" keeps every ID in
 // memory; otherwise a private directory is made under spillRoot and each collector keeps
 // at most memIDs/collectors IDs before spilling.

@@ -21,6 +21,9 @@ type Config struct {
 	Conn     bus.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
 	Embedded bool           // start a dispenser in this process instead of using --nats
 
+	// StoreDelay, with Embedded, slows every segment store call down by this much.
+	StoreDelay time.Duration
+
 	Kind     string   // "segment" or "snowflake"
 	Tags     []string // requests go round robin over these
 	Batch    int      // IDs per request; 1 sends an empty body, as a plain client does
@@ -96,6 +99,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
 	cfg.Conn.RegisterFlags(fs)
 	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
+	fs.DurationVar(&cfg.StoreDelay, "store-delay", 0, "with --embedded: delay every segment store call by this much, as a slow database would")
 
 	fs.StringVar(&cfg.Kind, "kind", cfg.Kind, "ID `kind`: segment or snowflake")
 	fs.StringVar(&tags, "tags", tags, "comma separated biz `tags`; requests go round robin over them")
@@ -134,6 +138,12 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	}
 	if cfg.Embedded && set["nats"] {
 		return cfg, fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, cfg.Conn.URLs)
+	}
+	if set["store-delay"] && !cfg.Embedded {
+		return cfg, fmt.Errorf("%w: --store-delay %v slows the store of an --embedded dispenser only", ErrInvalidConfig, cfg.StoreDelay)
+	}
+	if cfg.StoreDelay < 0 {
+		return cfg, fmt.Errorf("%w: --store-delay %v is negative", ErrInvalidConfig, cfg.StoreDelay)
 	}
 	if cfg.Rate > 0 && set["inflight"] {
 		return cfg, fmt.Errorf("%w: --inflight %d applies to the closed loop only, not with --rate %v", ErrInvalidConfig, cfg.Inflight, cfg.Rate)

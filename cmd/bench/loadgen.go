@@ -36,8 +36,12 @@ type loadSpec struct {
 	requests int64
 	timeout  time.Duration
 
-	check     *checker // nil: IDs are parsed, then dropped
-	monotonic bool     // count per-client regressions of IDs across replies
+	// checks keep the IDs to look for duplicates in, one checker per ID space: one per
+	// tag for segment IDs (each tag counts from its own max_id, so two tags may share a
+	// number), one for all snowflake IDs (unique across tags). Empty: IDs are parsed,
+	// then dropped.
+	checks    []*checker
+	monotonic bool // count per-client regressions of IDs across replies
 }
 
 // phaseResult is what one phase measured, the workers' parts merged.
@@ -54,7 +58,7 @@ type phaseResult struct {
 	orderViolations int64 // replies with IDs not strictly increasing, warm-up included
 	regressions     int64 // replies whose first ID is not above the client's previous for the tag
 	slowConsumers   int64
-	collectors      []*collector // the workers' IDs, for the checker's final merge
+	collectors      [][]*collector // per checker, the workers' IDs for its final merge
 }
 
 // pending is one request in a worker's window.
@@ -98,7 +102,7 @@ type worker struct {
 	lastDone time.Duration
 	lastID   []uint64 // per tag, for the regression count
 	idbuf    []uint64
-	col      *collector
+	cols     []*collector // one per spec.checks
 	res      phaseResult
 
 	// Owned by the open-loop sender until it ends.
@@ -139,8 +143,8 @@ func runLoad(ctx context.Context, clients []*client, spec *loadSpec, progressOut
 			idbuf:  make([]uint64, 0, spec.batch),
 			res:    phaseResult{hist: newHist(), errors: map[string]int64{}, errorSamples: map[string][]string{}},
 		}
-		if spec.check != nil {
-			w.col = spec.check.collector()
+		for _, c := range spec.checks {
+			w.cols = append(w.cols, c.collector())
 		}
 		if spec.rate > 0 {
 			w.lag = newHist()
@@ -207,8 +211,11 @@ func runLoad(ctx context.Context, clients []*client, spec *loadSpec, progressOut
 			}
 		}
 		lastDone = max(lastDone, w.lastDone)
-		if w.col != nil {
-			res.collectors = append(res.collectors, w.col)
+		if res.collectors == nil {
+			res.collectors = make([][]*collector, len(w.cols))
+		}
+		for i, col := range w.cols {
+			res.collectors[i] = append(res.collectors[i], col)
 		}
 	}
 	for _, cl := range clients {
@@ -419,8 +426,8 @@ func (w *worker) handle(m *nats.Msg) int {
 		switch {
 		case errors.Is(err, ErrOutOfOrder):
 			w.res.orderViolations++
-		case err == nil && w.col != nil:
-			w.col.add(ids)
+		case err == nil:
+			w.keep(w.tag(seq), ids)
 		}
 		return 0
 	}
@@ -430,6 +437,17 @@ func (w *worker) handle(m *nats.Msg) int {
 	w.complete(e, m, now)
 	w.sweep(false)
 	return 1
+}
+
+// keep hands the IDs of a reply for tag to the checker of their ID space.
+func (w *worker) keep(tag int32, ids []uint64) {
+	switch len(w.cols) {
+	case 0:
+	case 1:
+		w.cols[0].add(ids)
+	default:
+		w.cols[tag].add(ids)
+	}
 }
 
 // complete checks and records the reply to e.
@@ -452,9 +470,7 @@ func (w *worker) complete(e *pending, m *nats.Msg, now time.Duration) {
 		return
 	}
 	ids := w.idbuf
-	if w.col != nil {
-		w.col.add(ids)
-	}
+	w.keep(e.tag, ids)
 	if w.spec.monotonic {
 		if last := w.lastID[e.tag]; last != 0 && ids[0] <= last {
 			w.res.regressions++

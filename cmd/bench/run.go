@@ -19,7 +19,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Embedded {
-		url, stop, err := startEmbedded(ctx, logger)
+		url, stop, err := startEmbedded(ctx, cfg, logger)
 		if err != nil {
 			return nil, fmt.Errorf("--embedded: %w", err)
 		}
@@ -36,12 +36,18 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		return cfg.Prefix + "." + cfg.Kind + "." + tag
 	})
 	if cfg.Check {
-		chk, err := newChecker(cfg.CheckSpill, cfg.CheckMem, cfg.Clients)
-		if err != nil {
-			return nil, err
+		spaces := 1
+		if cfg.Kind == "segment" {
+			spaces = len(spec.subjects)
 		}
-		defer chk.close()
-		spec.check = chk
+		for range spaces {
+			chk, err := newChecker(cfg.CheckSpill, max(cfg.CheckMem/spaces, 1), cfg.Clients)
+			if err != nil {
+				return nil, err
+			}
+			defer chk.close()
+			spec.checks = append(spec.checks, chk)
+		}
 		spec.monotonic = cfg.Kind == "segment"
 	}
 	res, err := runLoad(ctx, clients, spec, progressOut, logger)
@@ -50,10 +56,14 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 	}
 	rep := newReport(cfg)
 	rep.Dispenser = phaseReport(res)
-	if spec.check != nil {
-		found, err := spec.check.finish(res.collectors)
-		if err != nil {
-			return nil, fmt.Errorf("check for duplicates: %w", err)
+	if len(spec.checks) > 0 {
+		var found checkResult
+		for i, chk := range spec.checks {
+			r, err := chk.finish(res.collectors[i])
+			if err != nil {
+				return nil, fmt.Errorf("check for duplicates: %w", err)
+			}
+			found.add(r)
 		}
 		rep.Check = checkReport(found, spec.monotonic, res.regressions)
 	}
@@ -116,7 +126,7 @@ func runEchoBaseline(ctx context.Context, cfg Config, clients []*client, spec *l
 	}
 	defer echo.stop()
 	echoSpec := *spec
-	echoSpec.label, echoSpec.check, echoSpec.monotonic, echoSpec.subjects = "echo", nil, false, nil
+	echoSpec.label, echoSpec.checks, echoSpec.monotonic, echoSpec.subjects = "echo", nil, false, nil
 	for _, tag := range cfg.Tags {
 		echoSpec.subjects = append(echoSpec.subjects, echo.subject(tag))
 	}
