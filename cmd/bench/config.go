@@ -23,6 +23,8 @@ type Config struct {
 
 	// StoreDelay, with Embedded, slows every segment store call down by this much.
 	StoreDelay time.Duration
+	// CPUProfile names a file for a pprof CPU profile of the run ("" for none).
+	CPUProfile string
 
 	Kind     string   // "segment" or "snowflake"
 	Tags     []string // requests go round robin over these
@@ -99,6 +101,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
 	cfg.Conn.RegisterFlags(fs)
 	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run (with --embedded, the dispenser's too) to this `file`")
 	fs.DurationVar(&cfg.StoreDelay, "store-delay", 0, "with --embedded: delay every segment store call by this much, as a slow database would")
 
 	fs.StringVar(&cfg.Kind, "kind", cfg.Kind, "ID `kind`: segment or snowflake")

@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -64,6 +65,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, live bo
 	if live {
 		progressOut = stderr
 	}
+	if cfg.CPUProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return exitTrouble
+		}
+		defer stopProfile()
+	}
 	rep, err := run(ctx, cfg, logger, progressOut)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
@@ -84,4 +93,21 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, live bo
 		return exitTrouble
 	}
 	return exitOK
+}
+
+// startCPUProfile profiles the whole process (with --embedded, the dispenser too) until
+// the returned function is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
