@@ -1,0 +1,349 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/testenv"
+)
+
+// startBufferDispenser runs a real bus.Service with a segment generator on an in-memory
+// store (tag "orders") and a snowflake generator, on a fresh NATS server. Everything
+// stops at cleanup, the service first.
+func startBufferDispenser(tb testing.TB) *testenv.NATS {
+	tb.Helper()
+	ns := testenv.StartNATS(tb)
+	ctx, cancel := context.WithCancel(context.Background())
+	store := segment.NewInmemStore()
+	if _, err := store.AddTag(ctx, segment.Tag{Name: "orders", MaxID: 1, Step: 5000}); err != nil {
+		tb.Fatalf("AddTag: %v", err)
+	}
+	segCfg := segment.DefaultConfig()
+	segCfg.Store = store
+	segs, err := segment.New(segCfg)
+	if err != nil {
+		tb.Fatalf("segment.New: %v", err)
+	}
+	ran := make(chan struct{})
+	go func() { defer close(ran); segs.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			tb.Errorf("segment generator did not stop within 10s")
+		}
+	})
+	select {
+	case <-segs.Ready():
+	case <-time.After(5 * time.Second):
+		tb.Fatalf("segment generator not ready within 5s")
+	}
+	sfs, err := snowflake.New(snowflake.Config{WorkerID: 5})
+	if err != nil {
+		tb.Fatalf("snowflake.New: %v", err)
+	}
+	cfg := bus.DefaultServiceConfig()
+	cfg.Segments, cfg.Snowflakes = segs, sfs
+	svc, err := bus.NewService(ns.Connect(tb), cfg)
+	if err != nil {
+		tb.Fatalf("bus.NewService: %v", err)
+	}
+	tb.Cleanup(func() { svc.Stop() })
+	return ns
+}
+
+func newBufferClient(tb testing.TB, nc *nats.Conn, opts ...bus.ClientOption) *bus.Client {
+	tb.Helper()
+	c, err := bus.NewClient(nc, opts...)
+	if err != nil {
+		tb.Fatalf("NewClient: %v", err)
+	}
+	return c
+}
+
+func mustBuffer(tb testing.TB, c *bus.Client, kind bus.Kind, tag string, opts bus.BufferOptions) *bus.Buffer {
+	tb.Helper()
+	b, err := c.Buffer(kind, tag, opts)
+	if err != nil {
+		tb.Fatalf("Client.Buffer: %v", err)
+	}
+	tb.Cleanup(b.Close)
+	return b
+}
+
+// waitLen polls b.Len until ok, failing after 5s.
+func waitLen(tb testing.TB, b *bus.Buffer, what string, ok func(int) bool) {
+	tb.Helper()
+	deadline := time.After(5 * time.Second)
+	for !ok(b.Len()) {
+		select {
+		case <-deadline:
+			tb.Fatalf("buffer: waited 5s for %s; it holds %d IDs", what, b.Len())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func TestBufferOptions(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	c := newBufferClient(t, ns.Connect(t))
+	tests := []struct {
+		name    string
+		kind    bus.Kind
+		opts    bus.BufferOptions
+		wantErr bool
+	}{
+		{"OK/Defaults", bus.SegmentKind, bus.BufferOptions{}, false},
+		{"OK/LowWaterAtBound", bus.SegmentKind, bus.BufferOptions{Batch: 10, Batches: 3, LowWater: 21}, false},
+		{"Err/LowWaterOverBound", bus.SegmentKind, bus.BufferOptions{Batch: 10, Batches: 3, LowWater: 22}, true},
+		{"Err/NegativeBatch", bus.SegmentKind, bus.BufferOptions{Batch: -1}, true},
+		{"Err/BatchOverLimit", bus.SegmentKind, bus.BufferOptions{Batch: bus.MaxBatchLimit + 1}, true},
+		{"Err/TooManyIDsHeld", bus.SegmentKind, bus.BufferOptions{Batch: 1000, Batches: 1001}, true},
+		{"Err/NegativeRetry", bus.SegmentKind, bus.BufferOptions{RetryMax: -time.Second}, true},
+		{"Err/Kind", bus.Kind(9), bus.BufferOptions{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := c.Buffer(tt.kind, "orders", tt.opts)
+			if b != nil {
+				b.Close()
+			}
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Client.Buffer(%+v) error = %v, want error %v", tt.opts, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestBufferConcurrentNext: many goroutines share one buffer per kind; every ID is
+// handed out once.
+func TestBufferConcurrentNext(t *testing.T) {
+	ns := startBufferDispenser(t)
+	c := newBufferClient(t, ns.Connect(t))
+	for _, kind := range []bus.Kind{bus.SegmentKind, bus.SnowflakeKind} {
+		t.Run(kind.String(), func(t *testing.T) {
+			b := mustBuffer(t, c, kind, "orders", bus.BufferOptions{Batch: 100, Batches: 3})
+			const goroutines, each = 16, 1000
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			results := make([][]int64, goroutines)
+			errs := make(chan error, goroutines)
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range each {
+						id, err := b.Next(ctx)
+						if err != nil {
+							errs <- fmt.Errorf("goroutine %d: Next: %w", g, err)
+							return
+						}
+						results[g] = append(results[g], id)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			seen := make(map[int64]bool, goroutines*each)
+			for g, ids := range results {
+				for i, id := range ids {
+					if seen[id] {
+						t.Fatalf("ID %d handed out twice", id)
+					}
+					seen[id] = true
+					// One goroutine's IDs come in buffer order: from one dispenser,
+					// that is increasing.
+					if i > 0 && id <= ids[i-1] {
+						t.Fatalf("goroutine %d got %d after %d", g, id, ids[i-1])
+					}
+				}
+			}
+			if n := b.Len(); n > 300 {
+				t.Fatalf("buffer holds %d IDs, above its bound 300", n)
+			}
+		})
+	}
+}
+
+// TestBufferServesFromMemory: a full buffer keeps answering Next with NATS gone (no
+// I/O on Next), refills in the background once under its low-water mark, and never
+// holds more than its bound.
+func TestBufferServesFromMemory(t *testing.T) {
+	ns := startBufferDispenser(t)
+	c := newBufferClient(t, ns.Connect(t), bus.WithTimeout(time.Second))
+	b := mustBuffer(t, c, bus.SegmentKind, "orders", bus.BufferOptions{Batch: 50, Batches: 4, LowWater: 100})
+	// Once under 100 it fetches 50 at a time: it settles at 100..149 IDs, never 200.
+	waitLen(t, b, "the first fetches", func(n int) bool { return n >= 100 })
+	if n := b.Len(); n >= 150 {
+		t.Fatalf("buffer holds %d IDs after filling, want under 150 (low water 100 + one batch of 50)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 60 {
+		if _, err := b.Next(ctx); err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+	}
+	waitLen(t, b, "the background refill", func(n int) bool { return n >= 100 })
+
+	ns.Stop()
+	held := b.Len()
+	for i := range held {
+		if _, err := b.Next(ctx); err != nil {
+			t.Fatalf("Next #%d of %d held, NATS stopped: %v", i, held, err)
+		}
+	}
+	// Empty with NATS down: the fetch error surfaces (bounded by the client timeout).
+	if _, err := b.Next(ctx); err == nil {
+		t.Fatalf("Next on an empty buffer with NATS stopped = nil error, want the fetch's error")
+	}
+	// NATS back: the buffer recovers by itself.
+	ns.Start()
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		_, err := b.Next(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Next after NATS came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBufferErrors: a dispenser's error reply surfaces to Next, typed as the client's.
+func TestBufferErrors(t *testing.T) {
+	ns := startBufferDispenser(t)
+	nc := ns.Connect(t)
+	tests := []struct {
+		name    string
+		client  *bus.Client
+		tag     string
+		wantErr error
+	}{
+		{"ErrNotFound", newBufferClient(t, nc), "missing", bus.ErrNotFound},
+		{"ErrBadRequest", newBufferClient(t, nc), "bad%tag", bus.ErrBadRequest},
+		{"ErrNoResponders", newBufferClient(t, nc, bus.WithPrefix("nobody")), "orders", nats.ErrNoResponders},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustBuffer(t, tt.client, bus.SegmentKind, tt.tag, bus.BufferOptions{Batch: 10, RetryMax: 10 * time.Millisecond})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := b.Next(ctx)
+			if err == nil {
+				t.Fatalf("Next = nil error, want one")
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Next error = %v, want %v", err, tt.wantErr)
+			}
+			var reply *bus.Error
+			if isReply := errors.As(err, &reply); isReply != (tt.wantErr != nats.ErrNoResponders) {
+				t.Fatalf("Next error = %v: errors.As(*bus.Error) = %v, want it for a dispenser's error reply only", err, isReply)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("Next waited for its context instead of returning the fetch error: %v", err)
+			}
+		})
+	}
+}
+
+// TestBufferClose: Close returns once the goroutine stopped, even with a fetch in
+// flight that would not be answered for long, wakes a waiting Next, and Next then
+// fails with ErrBufferClosed.
+func TestBufferClose(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	nc := ns.Connect(t)
+	// A responder that never answers: the buffer's first fetch hangs until Close.
+	sub, err := nc.Subscribe("leaf.segment.slow", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	defer sub.Unsubscribe()
+	c := newBufferClient(t, ns.Connect(t), bus.WithTimeout(time.Minute))
+	b, err := c.Buffer(bus.SegmentKind, "slow", bus.BufferOptions{})
+	if err != nil {
+		t.Fatalf("Client.Buffer: %v", err)
+	}
+	nextErr := make(chan error, 1)
+	go func() {
+		_, err := b.Next(context.Background())
+		nextErr <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let Next start waiting (not required for the assertions)
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Close did not return within 5s with a fetch in flight")
+	}
+	select {
+	case err := <-nextErr:
+		if !errors.Is(err, bus.ErrBufferClosed) {
+			t.Fatalf("waiting Next after Close = %v, want ErrBufferClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a waiting Next was not woken by Close within 5s")
+	}
+	if _, err := b.Next(context.Background()); !errors.Is(err, bus.ErrBufferClosed) {
+		t.Fatalf("Next after Close = %v, want ErrBufferClosed", err)
+	}
+	b.Close() // a second Close is harmless
+}
+
+// TestBufferNextContext: Next on an empty buffer waiting for a slow fetch gives up when
+// its context ends.
+func TestBufferNextContext(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	nc := ns.Connect(t)
+	sub, err := nc.Subscribe("leaf.snowflake.slow", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	defer sub.Unsubscribe()
+	c := newBufferClient(t, ns.Connect(t), bus.WithTimeout(time.Minute))
+	b := mustBuffer(t, c, bus.SnowflakeKind, "slow", bus.BufferOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// BenchmarkBufferNext is Next on a buffer kept full by its goroutine (batches of 1000
+// from a real dispenser over NATS).
+func BenchmarkBufferNext(b *testing.B) {
+	ns := startBufferDispenser(b)
+	c := newBufferClient(b, ns.Connect(b))
+	for _, kind := range []bus.Kind{bus.SegmentKind, bus.SnowflakeKind} {
+		b.Run(kind.String(), func(b *testing.B) {
+			buf := mustBuffer(b, c, kind, "orders", bus.BufferOptions{Batch: 1000, Batches: 4, LowWater: 2000})
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := buf.Next(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
