@@ -1,0 +1,456 @@
+package pools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/snowflake"
+)
+
+// SegmentSource hands out segment IDs (segment.Generator). Fill may wait for the store;
+// the IDs it puts in dst are strictly increasing and may span two segments.
+type SegmentSource interface {
+	Fill(ctx context.Context, tag string, dst []int64) error
+}
+
+// SnowflakeSource hands out snowflake IDs (snowflake.Generator): strictly increasing,
+// spanning milliseconds when dst holds more than one millisecond's sequence.
+type SnowflakeSource interface {
+	Fill(dst []int64) error
+}
+
+// borrowReporter is what a SnowflakeSource may also offer (snowflake.Generator does) so
+// that the pools' stats show how far ahead of the clock the generator has moved.
+type borrowReporter interface {
+	Stats() snowflake.Stats
+}
+
+// ErrInvalidPool is returned by New when a pool's spec is out of range, a kind and tag
+// is configured twice, or a pool's kind has no source.
+var ErrInvalidPool = errors.New("invalid pool configuration")
+
+// Config configures Batches.
+type Config struct {
+	// Specs lists the pools: each keeps up to Depth ready replies of exactly Size IDs.
+	Specs []Spec
+	// Segments fills segment pools; required when a segment pool is configured.
+	Segments SegmentSource
+	// Snowflakes fills snowflake pools; required when a snowflake pool is configured.
+	Snowflakes SnowflakeSource
+	// IdleAfter is how long a pool may go without a Take before it halves its target
+	// (dropping the ready batches above it), down to one batch. Default 30s.
+	IdleAfter time.Duration
+	// FillPause is the pause between two batches while a pool holds at least half its
+	// target, so that a comfortable pool leaves its source (the snowflake lock, the
+	// segment buffer) to the requests served directly. Below half there is no pause.
+	// Default 1ms.
+	FillPause time.Duration
+	// Logger receives fill failures and target changes; nil discards.
+	Logger *slog.Logger
+}
+
+// Batches keeps pre-filled replies per (kind, tag) and hands each one out once: it is
+// the bus.Batches of the service. A request is answered from a pool only when it asks
+// for exactly the pool's Size IDs; any other count (and any kind and tag without a
+// pool) gets ok=false and goes the service's normal path.
+//
+// Each ready batch holds its IDs encoded twice, binary then text, in one allocation:
+// 8 bytes plus at most 20 (a 19-digit ID and its separator) per ID. Encoding once at
+// fill time keeps Take free of per-ID work and of synchronisation, which a lazy
+// encode-on-first-use would need; the price is at most 8 bytes per ID beside the text.
+// Only one of the two is handed out and then the whole batch is forgotten, so a batch
+// is never served twice, in either encoding. A pool's memory is therefore bounded by
+// (Depth+2) * Size * 28 bytes: the ready batches, the one being prepared, and the
+// filler's scratch.
+//
+// Text costs about fifty times binary to encode, and the Go client asks for binary,
+// so a pool that was asked for no text during IdleAfter prepares binary only (8 bytes
+// per ID). A text Take that then meets a binary-only batch drops it (a gap) and answers
+// ok=false, and the filler goes back to preparing both.
+//
+// Adaptive depth: a pool starts aiming at Depth ready batches. A Take that finds it
+// empty doubles the target (up to Depth); a pool that sees no Take for IdleAfter halves
+// it and drops the batches above it. Dropped IDs are a gap, never a repeat. While a pool
+// holds less than half its target the filler prepares batches back to back; above
+// half it pauses FillPause between batches.
+//
+// Snowflake batches larger than one millisecond's sequence span milliseconds. When the
+// generator is allowed to borrow (snowflake.Config.BorrowMax) it cuts them ahead of the
+// clock instead of waiting; the generator bounds that window and reports it in Issued
+// (which the heartbeat records), so the pools hold no borrowing logic of their own and
+// only show the window in Stats. IDs in a ready batch were issued when it was cut: a
+// batch handed out later (even after the worker ID was lost) repeats nothing, because
+// nobody else can be given those timestamps with that worker ID.
+type Batches struct {
+	pools  map[poolKey]*pool
+	order  []*pool // Specs order, for Stats
+	sf     SnowflakeSource
+	cfg    Config
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	running bool
+}
+
+type poolKey struct {
+	kind bus.Kind
+	tag  string
+}
+
+// pool is one (kind, tag): a channel of ready replies fed by one filler goroutine.
+type pool struct {
+	spec   Spec
+	binLen int // a ready batch is binLen bytes of binary, then the text (if any)
+	// ready holds encoded batches. The channel hands each element to exactly one
+	// receiver, which is what "never the same batch twice" needs, and a non-blocking
+	// receive of a slice header neither waits nor allocates.
+	ready chan []byte
+	wake  chan struct{} // a Take happened: the filler may have work
+
+	target                      atomic.Int64
+	taken, misses               atomic.Uint64
+	textAsks                    atomic.Uint64 // Takes of the pool's size asking for text
+	withText                    atomic.Bool   // the filler prepares text too (for Stats)
+	filled, dropped, fillErrors atomic.Uint64
+	lastError                   atomic.Pointer[string]
+}
+
+// New checks cfg and returns Batches whose pools are empty until Run fills them.
+func New(cfg Config) (*Batches, error) {
+	if cfg.IdleAfter == 0 {
+		cfg.IdleAfter = 30 * time.Second
+	}
+	if cfg.FillPause == 0 {
+		cfg.FillPause = time.Millisecond
+	}
+	if cfg.IdleAfter < 0 {
+		return nil, fmt.Errorf("%w: IdleAfter %v: want > 0", ErrInvalidPool, cfg.IdleAfter)
+	}
+	if cfg.FillPause < 0 {
+		return nil, fmt.Errorf("%w: FillPause %v: want >= 0", ErrInvalidPool, cfg.FillPause)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	b := &Batches{pools: make(map[poolKey]*pool, len(cfg.Specs)), sf: cfg.Snowflakes, cfg: cfg, logger: logger}
+	for _, sp := range cfg.Specs {
+		if err := checkSpec(sp); err != nil {
+			return nil, err
+		}
+		switch {
+		case sp.Kind == bus.SegmentKind && cfg.Segments == nil:
+			return nil, fmt.Errorf("%w: pool %s: no segment source", ErrInvalidPool, sp)
+		case sp.Kind == bus.SnowflakeKind && cfg.Snowflakes == nil:
+			return nil, fmt.Errorf("%w: pool %s: no snowflake source", ErrInvalidPool, sp)
+		}
+		k := poolKey{sp.Kind, sp.Tag}
+		if have, dup := b.pools[k]; dup {
+			return nil, fmt.Errorf("%w: pool %s: %s:%s is already configured as %s", ErrInvalidPool, sp, sp.Kind, sp.Tag, have.spec)
+		}
+		p := &pool{
+			spec:   sp,
+			binLen: 8 * sp.Size,
+			ready:  make(chan []byte, sp.Depth),
+			wake:   make(chan struct{}, 1),
+		}
+		p.target.Store(int64(sp.Depth))
+		b.pools[k] = p
+		b.order = append(b.order, p)
+	}
+	return b, nil
+}
+
+// checkSpec repeats ParseSpec's range checks for specs built in code.
+func checkSpec(sp Spec) error {
+	if sp.Kind != bus.SegmentKind && sp.Kind != bus.SnowflakeKind {
+		return fmt.Errorf("%w: pool %s: unknown kind %d", ErrInvalidPool, sp, sp.Kind)
+	}
+	if _, err := ParseSpec(sp.String()); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidPool, err)
+	}
+	return nil
+}
+
+// Take hands over a ready reply of n IDs of kind and tag in enc, or ok=false when the
+// pool is empty, n is not its Size, or there is no such pool. It never waits and does
+// not allocate; the reply is the caller's from then on and the pool forgets it.
+func (b *Batches) Take(kind bus.Kind, tag string, n int, enc bus.Encoding) (reply []byte, ok bool) {
+	p := b.pools[poolKey{kind, tag}]
+	if p == nil || n != p.spec.Size {
+		return nil, false
+	}
+	if enc == bus.Text {
+		p.textAsks.Add(1)
+	}
+	var batch []byte
+	select {
+	case batch = <-p.ready:
+	default:
+		p.misses.Add(1)
+		p.poke()
+		return nil, false
+	}
+	p.poke()
+	if enc == bus.Binary {
+		p.taken.Add(1)
+		return batch[:p.binLen:p.binLen], true
+	}
+	if len(batch) == p.binLen {
+		// Prepared while nobody asked for text. Putting it back would let it circle
+		// in front of text takers; a gap is harmless.
+		p.dropped.Add(1)
+		return nil, false
+	}
+	p.taken.Add(1)
+	return batch[p.binLen:], true
+}
+
+func (p *pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run fills the pools, one goroutine per pool, until ctx ends; it returns nil after
+// every filler stopped. Batches still ready then stay available to Take. Calling Run
+// twice is an error.
+func (b *Batches) Run(ctx context.Context) error {
+	b.mu.Lock()
+	if b.running {
+		b.mu.Unlock()
+		return errors.New("pools: Batches.Run called twice")
+	}
+	b.running = true
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range b.order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.fill(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Fill-error back-off: the first retry after retryMin, doubling up to retryMax.
+const (
+	retryMin = 20 * time.Millisecond
+	retryMax = 2 * time.Second
+)
+
+// fill is one pool's filler loop.
+func (b *Batches) fill(ctx context.Context, p *pool) {
+	logger := b.logger.With("pool", p.spec.String())
+	ids := make([]int64, p.spec.Size)
+	var text []byte // scratch: the text encoding, copied into the exact-size batch
+	idle := time.NewTicker(b.cfg.IdleAfter)
+	defer idle.Stop()
+	lastTaken, lastMisses := p.taken.Load(), p.misses.Load()
+	lastTextAsks, lastTextAt := p.textAsks.Load(), time.Now()
+	withText := true
+	p.withText.Store(true)
+	retry := time.Duration(0)
+	for {
+		if m := p.misses.Load(); m != lastMisses {
+			lastMisses = m
+			b.raise(logger, p)
+		}
+		if a := p.textAsks.Load(); a != lastTextAsks {
+			lastTextAsks, lastTextAt = a, time.Now()
+			if !withText {
+				withText = true
+				p.withText.Store(true)
+				logger.Debug("pools: text asked for, preparing text again")
+			}
+		} else if withText && time.Since(lastTextAt) >= b.cfg.IdleAfter {
+			withText = false
+			p.withText.Store(false)
+			logger.Debug("pools: no text asked for, preparing binary only", "for", b.cfg.IdleAfter)
+		}
+		target := int(p.target.Load())
+		if len(p.ready) < target {
+			if err := b.source(ctx, p, ids); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				p.fillErrors.Add(1)
+				msg := err.Error()
+				p.lastError.Store(&msg)
+				if retry == 0 {
+					logger.Warn("pools: fill failed, retrying with back-off", "err", err)
+					retry = retryMin
+				} else {
+					logger.Debug("pools: fill failed again", "err", err, "retry_in", retry)
+					retry = min(2*retry, retryMax)
+				}
+				if !sleep(ctx, retry/2+rand.N(retry/2+1)) {
+					return
+				}
+				continue
+			}
+			if retry != 0 {
+				logger.Info("pools: fill works again")
+				retry = 0
+			}
+			var batch []byte
+			batch, text = prepare(ids, text, withText)
+			// The filler is the only sender and len < target <= Depth = cap, so this
+			// send finds room.
+			p.ready <- batch
+			p.filled.Add(1)
+			if len(p.ready) < target/2 {
+				continue // drained: refill flat out
+			}
+			if !sleep(ctx, b.cfg.FillPause) {
+				return
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-idle.C:
+			if taken := p.taken.Load(); taken != lastTaken {
+				lastTaken = taken
+				continue
+			}
+			b.lower(logger, p)
+		}
+	}
+}
+
+// prepare encodes ids as a ready batch: binary, then (withText) text, in one allocation
+// of exactly the size needed. text is scratch space, returned for reuse.
+func prepare(ids []int64, text []byte, withText bool) (batch, scratch []byte) {
+	if !withText {
+		return bus.AppendIDs(make([]byte, 0, 8*len(ids)), ids, bus.Binary), text
+	}
+	text = bus.AppendIDs(text[:0], ids, bus.Text)
+	batch = make([]byte, 0, 8*len(ids)+len(text))
+	batch = bus.AppendIDs(batch, ids, bus.Binary)
+	return append(batch, text...), text
+}
+
+// source fills ids from the pool's generator.
+func (b *Batches) source(ctx context.Context, p *pool, ids []int64) error {
+	var err error
+	if p.spec.Kind == bus.SnowflakeKind {
+		err = b.sf.Fill(ids)
+	} else {
+		err = b.cfg.Segments.Fill(ctx, p.spec.Tag, ids)
+	}
+	if err != nil {
+		return fmt.Errorf("pools: fill %s: %w", p.spec, err)
+	}
+	return nil
+}
+
+// raise doubles the target after a Take found the pool empty.
+func (b *Batches) raise(logger *slog.Logger, p *pool) {
+	t := p.target.Load()
+	if t >= int64(p.spec.Depth) {
+		return
+	}
+	nt := min(2*t, int64(p.spec.Depth))
+	p.target.Store(nt)
+	logger.Debug("pools: demand, raising target", "from", t, "to", nt)
+}
+
+// lower halves the target of an idle pool and drops the ready batches above it.
+func (b *Batches) lower(logger *slog.Logger, p *pool) {
+	t := p.target.Load()
+	nt := max(t/2, 1)
+	if nt != t {
+		p.target.Store(nt)
+		logger.Debug("pools: idle, lowering target", "from", t, "to", nt)
+	}
+	for len(p.ready) > int(nt) {
+		select {
+		case <-p.ready:
+			p.dropped.Add(1)
+		default:
+			return // taken meanwhile
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// PoolStats is a snapshot of one pool. Counts are of batches unless named otherwise.
+type PoolStats struct {
+	Kind       string `json:"kind"`
+	Tag        string `json:"tag"`
+	Size       int    `json:"size"`  // IDs per batch
+	Depth      int    `json:"depth"` // the most batches kept ready
+	Ready      int    `json:"ready"`
+	Target     int    `json:"target"` // batches the filler aims to keep ready now, 1..Depth
+	Taken      uint64 `json:"taken"`
+	Misses     uint64 `json:"misses"` // Takes of the pool's size that found it empty
+	Filled     uint64 `json:"filled"`
+	Dropped    uint64 `json:"dropped"` // ready batches dropped by an idle pool or as binary-only (a gap in the IDs)
+	Text       bool   `json:"text"`    // batches are prepared with text as well as binary
+	FillErrors uint64 `json:"fill_errors"`
+	LastError  string `json:"last_error,omitempty"`
+	// Borrowed is, for snowflake pools, how far the generator's highest issued
+	// timestamp is ahead of the clock (0 when it is not, or the source cannot tell).
+	Borrowed time.Duration `json:"borrowed_ns"`
+}
+
+// Stats returns a snapshot of every pool, in the order of Config.Specs.
+func (b *Batches) Stats() []PoolStats {
+	var borrowed time.Duration
+	if r, ok := b.sf.(borrowReporter); ok {
+		borrowed = r.Stats().Borrowed
+	}
+	out := make([]PoolStats, 0, len(b.order))
+	for _, p := range b.order {
+		s := PoolStats{
+			Kind:       p.spec.Kind.String(),
+			Tag:        p.spec.Tag,
+			Size:       p.spec.Size,
+			Depth:      p.spec.Depth,
+			Ready:      len(p.ready),
+			Target:     int(p.target.Load()),
+			Taken:      p.taken.Load(),
+			Misses:     p.misses.Load(),
+			Filled:     p.filled.Load(),
+			Dropped:    p.dropped.Load(),
+			FillErrors: p.fillErrors.Load(),
+			Text:       p.withText.Load(),
+		}
+		if e := p.lastError.Load(); e != nil {
+			s.LastError = *e
+		}
+		if p.spec.Kind == bus.SnowflakeKind {
+			s.Borrowed = borrowed
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+var _ bus.Batches = (*Batches)(nil)

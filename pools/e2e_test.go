@@ -1,0 +1,218 @@
+package pools_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/testenv"
+)
+
+// e2eDispenser is a dispenser as cmd/dispenser wires it, minus the worker-ID and clock
+// machinery: a real segment.Generator on an in-memory store, a real snowflake.Generator,
+// pools in front of both, and a bus.Service on a real NATS server.
+type e2eDispenser struct {
+	nats    *testenv.NATS
+	batches *pools.Batches
+}
+
+// The pooled shapes; tag "plain" has no pool, so its requests take the direct path.
+const (
+	e2eSegSize = 100
+	e2eSfSize  = 1000
+)
+
+// startE2E starts everything for tb and stops it at cleanup (the service first).
+func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	tb.Cleanup(func() {
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			tb.Errorf("generator and pools did not stop within 10s")
+		}
+	})
+	ns := testenv.StartNATS(tb)
+
+	store := segment.NewInmemStore()
+	for _, name := range []string{"orders", "plain"} {
+		if _, err := store.AddTag(ctx, segment.Tag{Name: name, MaxID: 1, Step: 2000}); err != nil {
+			tb.Fatalf("AddTag %q: %v", name, err)
+		}
+	}
+	segCfg := segment.DefaultConfig()
+	segCfg.Store = store
+	segs, err := segment.New(segCfg)
+	if err != nil {
+		tb.Fatalf("segment.New: %v", err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); segs.Run(ctx) }()
+	select {
+	case <-segs.Ready():
+	case <-time.After(5 * time.Second):
+		tb.Fatalf("segment generator not ready within 5s")
+	}
+	sfs, err := snowflake.New(snowflake.Config{WorkerID: 7, BorrowMax: time.Second})
+	if err != nil {
+		tb.Fatalf("snowflake.New: %v", err)
+	}
+	batches, err := pools.New(pools.Config{Specs: specs, Segments: segs, Snowflakes: sfs})
+	if err != nil {
+		tb.Fatalf("pools.New: %v", err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); batches.Run(ctx) }()
+
+	cfg := bus.DefaultServiceConfig()
+	cfg.Segments, cfg.Snowflakes, cfg.Batches = segs, sfs, batches
+	svc, err := bus.NewService(ns.Connect(tb), cfg)
+	if err != nil {
+		tb.Fatalf("bus.NewService: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			tb.Errorf("Service.Stop: %v", err)
+		}
+	})
+	return &e2eDispenser{nats: ns, batches: batches}
+}
+
+func (d *e2eDispenser) client(tb testing.TB, enc bus.Encoding) *bus.Client {
+	tb.Helper()
+	c, err := bus.NewClient(d.nats.Connect(tb), bus.WithEncoding(enc), bus.WithTimeout(10*time.Second))
+	if err != nil {
+		tb.Fatalf("bus.NewClient: %v", err)
+	}
+	return c
+}
+
+// TestEndToEndUnique: many clients mix single requests, requests of the pooled sizes
+// and of other sizes, in both encodings, for both kinds, pooled and direct tags: every
+// ID is unique (per tag for segment IDs, across tags for snowflake IDs), and every reply is strictly increasing (the client checks).
+func TestEndToEndUnique(t *testing.T) {
+	d := startE2E(t, []pools.Spec{
+		{Kind: bus.SegmentKind, Tag: "orders", Size: e2eSegSize, Depth: 16},
+		{Kind: bus.SnowflakeKind, Tag: "orders", Size: e2eSfSize, Depth: 16},
+	})
+	type call struct {
+		kind bus.Kind
+		tag  string
+		n    int
+	}
+	calls := []call{
+		{bus.SegmentKind, "orders", 1},
+		{bus.SegmentKind, "orders", e2eSegSize},
+		{bus.SegmentKind, "orders", 37},
+		{bus.SegmentKind, "orders", e2eSegSize},
+		{bus.SegmentKind, "plain", e2eSegSize},
+		{bus.SnowflakeKind, "orders", 1},
+		{bus.SnowflakeKind, "orders", e2eSfSize},
+		{bus.SnowflakeKind, "orders", 5000}, // spans milliseconds
+		{bus.SnowflakeKind, "orders", e2eSfSize},
+		{bus.SnowflakeKind, "other", e2eSfSize},
+	}
+	const clients, rounds = 12, 60
+	var (
+		mu   sync.Mutex
+		seen = map[string]map[int64]bool{} // per segment tag; one for all snowflake IDs
+		n    int
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := d.client(t, bus.Encoding(i%2))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				cl := calls[(i+r)%len(calls)]
+				ids := make([]int64, cl.n)
+				if err := c.Fill(ctx, cl.kind, cl.tag, ids); err != nil {
+					errs <- fmt.Errorf("client %d: %d %s IDs of %q: %w", i, cl.n, cl.kind, cl.tag, err)
+					return
+				}
+				space := "snowflake"
+				if cl.kind == bus.SegmentKind {
+					space = "segment " + cl.tag
+				}
+				mu.Lock()
+				if seen[space] == nil {
+					seen[space] = make(map[int64]bool)
+				}
+				for _, id := range ids {
+					if seen[space][id] {
+						mu.Unlock()
+						errs <- fmt.Errorf("client %d: %s ID %d handed out twice", i, space, id)
+						return
+					}
+					seen[space][id] = true
+				}
+				n += len(ids)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var taken uint64
+	for _, s := range d.batches.Stats() {
+		taken += s.Taken
+		if s.Ready > s.Depth {
+			t.Errorf("pool %s:%s holds %d batches, above its depth %d", s.Kind, s.Tag, s.Ready, s.Depth)
+		}
+	}
+	if taken == 0 {
+		t.Fatalf("no request was answered from a pool: %+v", d.batches.Stats())
+	}
+	t.Logf("%d unique IDs, %d replies from pools", n, taken)
+}
+
+// BenchmarkRequest1000 is one request/reply of 1000 segment IDs over NATS through a
+// real bus.Service, pooled or made per request, in each encoding.
+func BenchmarkRequest1000(b *testing.B) {
+	d := startE2E(b, []pools.Spec{{Kind: bus.SegmentKind, Tag: "orders", Size: 1000, Depth: 256}})
+	for _, bc := range []struct {
+		name string
+		tag  string
+		enc  bus.Encoding
+	}{
+		{"Pooled/Text", "orders", bus.Text},
+		{"Pooled/Binary", "orders", bus.Binary},
+		{"Direct/Text", "plain", bus.Text},
+		{"Direct/Binary", "plain", bus.Binary},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := d.client(b, bc.enc)
+			ids := make([]int64, 1000)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Fill(ctx, bus.SegmentKind, bc.tag, ids); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	var taken, misses uint64
+	for _, s := range d.batches.Stats() {
+		taken, misses = taken+s.Taken, misses+s.Misses
+	}
+	b.Logf("pooled replies %d, empty-pool misses %d", taken, misses)
+}
