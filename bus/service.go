@@ -232,6 +232,12 @@ func NewService(nc *nats.Conn, cfg ServiceConfig) (*Service, error) {
 			return nil, fmt.Errorf("add endpoint %s on %q: %w", e.name, e.subject, err)
 		}
 	}
+	// Subscriptions reach the server asynchronously; a round trip makes sure it has them
+	// all, so that a dispenser that says it serves does not answer "no responders".
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		svc.Stop()
+		return nil, fmt.Errorf("register service %q with the NATS server: %w", cfg.Prefix, err)
+	}
 	return s, nil
 }
 
