@@ -31,6 +31,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		case "decode":
 			err = runDecode(ctx, args[1:], stdout, stderr)
 			return exitCode(err, stderr)
+		case "schema":
+			return exitCode(runSchema(args[1:], stdout, stderr), stderr)
 		}
 	}
 	m := NewMain()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/workerid"
@@ -218,12 +220,25 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	svcCfg.Snowflakes = snowflakes
 	svcCfg.Tags = store
 	svcCfg.Logger = logger.With("component", "service")
+	// Pre-filled replies for requests of exactly a pool's size (--pool).
+	batches, err := pools.New(pools.Config{
+		Specs:      cfg.Pools,
+		Segments:   segments,
+		Snowflakes: snowflakes,
+		Logger:     logger.With("component", "pools"),
+	})
+	if err != nil {
+		return err
+	}
+	if len(cfg.Pools) > 0 {
+		svcCfg.Batches = batches
+	}
 	svcCfg.Stats = func(endpoint string) any {
 		switch endpoint {
 		case "segment":
-			return segments.Stats()
+			return map[string]any{"tags": segments.Stats(), "pools": poolStats(batches, bus.SegmentKind)}
 		case "snowflake":
-			return map[string]any{"generator": generatorStats(snowflakes.Stats()), "clock": heartbeat.Stats()}
+			return map[string]any{"generator": generatorStats(snowflakes.Stats()), "clock": heartbeat.Stats(), "pools": poolStats(batches, bus.SnowflakeKind)}
 		}
 		return nil
 	}
@@ -259,6 +274,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		g.Add(func() error {
 			defer close(done)
 			return segments.Run(ctx)
+		}, func(error) {
+			cancel()
+			<-done
+		})
+	}
+	{
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		g.Add(func() error {
+			defer close(done)
+			return batches.Run(ctx)
 		}, func(error) {
 			cancel()
 			<-done
@@ -327,6 +353,17 @@ func generatorStats(s snowflake.Stats) map[string]any {
 	}
 }
 
+// poolStats lists the pools of one kind for $SRV.STATS (an empty list when none).
+func poolStats(b *pools.Batches, kind bus.Kind) []pools.PoolStats {
+	out := []pools.PoolStats{}
+	for _, s := range b.Stats() {
+		if s.Kind == kind.String() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // announce waits until the segment tags are loaded, then says how to ask for an ID.
 // It stays running until stopped, so that it is an actor like the others.
 func (m *Main) announce(ctx context.Context, segments *segment.Generator, logger *slog.Logger) error {
@@ -356,7 +393,16 @@ func (m *Main) announce(ctx context.Context, segments *segment.Generator, logger
 func (m *Main) openSegmentStore(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) (segment.Store, error) {
 	cfg := m.Config
 	if cfg.SegmentStore == "mysql" {
-		return nil, errors.New("--segment-store mysql: not wired yet")
+		store, err := segment.OpenMySQLStore(ctx, segment.MySQLConfig{
+			DSN:         cfg.MySQLDSN,
+			CreateTable: cfg.MySQLCreateTable,
+			Logger:      logger.With("component", "mysql-store"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open mysql segment store: %w", err)
+		}
+		m.closers = append(m.closers, func() { store.Close() })
+		return store, nil
 	}
 	store, err := segment.OpenKVStore(ctx, js, cfg.Prefix+"_segments", cfg.KVReplicas)
 	if err != nil {
@@ -397,7 +443,42 @@ func (m *Main) openRegistry(ctx context.Context, js jetstream.JetStream, logger 
 		}
 		return r, nil
 	}
-	return nil, fmt.Errorf("--worker-registry %q: not wired yet", cfg.WorkerRegistry)
+	advertise, err := cfg.advertiseAddr()
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.WorkerRegistry {
+	case "zk":
+		r, err := workerid.OpenZKRegistry(ctx, workerid.ZKRegistryConfig{
+			Servers:     strings.Split(cfg.ZK, ","),
+			Name:        cfg.ZKName,
+			Advertise:   advertise,
+			Recycle:     cfg.ZKRecycle,
+			TTL:         cfg.LeaseTTL,
+			MaxWorkerID: layout.MaxWorkerID(),
+			Cache:       m.cacheFile(),
+			Logger:      logger.With("component", "zk-registry"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open zk worker registry: %w", err)
+		}
+		m.closers = append(m.closers, r.Close)
+		return r, nil
+	case "mysql":
+		r, err := workerid.OpenMySQLRegistry(ctx, workerid.MySQLRegistryConfig{
+			DSN:         cfg.MySQLDSN,
+			Advertise:   advertise,
+			MaxWorkerID: layout.MaxWorkerID(),
+			CreateTable: cfg.MySQLCreateTable,
+			Logger:      logger.With("component", "mysql-registry"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open mysql worker registry: %w", err)
+		}
+		m.closers = append(m.closers, r.Close)
+		return r, nil
+	}
+	return nil, fmt.Errorf("--worker-registry %q: want kv, zk, mysql or static", cfg.WorkerRegistry)
 }
 
 // cacheFile is where this node keeps its worker ID and highest timestamp on local
