@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -236,4 +237,105 @@ func TestBinarySignalDrain(t *testing.T) {
 	if !strings.Contains(b.stderr.String(), "stopped") {
 		t.Errorf("no stop log line in:\n%s", b.stderr.String())
 	}
+}
+
+// TestPoolsNoDuplicate runs the dispenser with --pool for both kinds: clients mix requests
+// of the pools' size (answered from ready batches) with singles and other sizes (the
+// normal path), in text and binary; every ID of a kind is unique, every reply strictly
+// increasing, and the stats show that the pools did answer.
+func TestPoolsNoDuplicate(t *testing.T) {
+	const clients, perClient, size = 4, 20_000, 50
+	d := startDispenser(t, func(m *Main) {
+		for _, p := range []string{"segment:" + sampleTag + ":50:8", "snowflake:pooled:50:8"} {
+			if err := m.Config.Pools.Set(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[bus.Kind]map[int64]bool{bus.SegmentKind: {}, bus.SnowflakeKind: {}}
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := 0; c < clients; c++ {
+		kind, tag := bus.SegmentKind, sampleTag
+		if c%2 == 1 {
+			kind, tag = bus.SnowflakeKind, "pooled"
+		}
+		client := d.client(t, bus.WithEncoding(bus.Encoding((c/2)%2)))
+		rng := rand.New(rand.NewPCG(uint64(c), 11))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for got := 0; got < perClient; {
+				n := size
+				switch rng.IntN(8) {
+				case 0:
+					n = 1
+				case 1:
+					n = 1 + rng.IntN(2*size)
+				}
+				batch := make([]int64, n)
+				if err := client.Fill(ctx, kind, tag, batch); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for i, id := range batch {
+					if i > 0 && id <= batch[i-1] {
+						mu.Unlock()
+						errs <- fmt.Errorf("%v reply not strictly increasing at %d: %v", kind, i, batch)
+						return
+					}
+					if seen[kind][id] {
+						mu.Unlock()
+						errs <- fmt.Errorf("%v ID %d handed out twice", kind, id)
+						return
+					}
+					seen[kind][id] = true
+				}
+				mu.Unlock()
+				got += n
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	nc := d.connect(t)
+	msg, err := nc.Request("$SRV.STATS.leaf", nil, 5*time.Second)
+	if err != nil {
+		t.Fatalf("$SRV.STATS.leaf: %v", err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				Source struct {
+					Pools []struct {
+						Tag   string `json:"tag"`
+						Taken uint64 `json:"taken"`
+					} `json:"pools"`
+				} `json:"source"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(msg.Data, &stats); err != nil {
+		t.Fatalf("stats %s: %v", msg.Data, err)
+	}
+	taken := map[string]uint64{}
+	for _, e := range stats.Endpoints {
+		for _, p := range e.Data.Source.Pools {
+			taken[e.Name+":"+p.Tag] += p.Taken
+		}
+	}
+	for _, want := range []string{"segment:" + sampleTag, "snowflake:pooled"} {
+		if taken[want] == 0 {
+			t.Errorf("pool %s answered no request; stats: %s", want, msg.Data)
+		}
+	}
+	t.Logf("batches taken from pools: %v", taken)
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -381,4 +384,68 @@ func TestMySQLOutage(t *testing.T) {
 		return
 	}
 	ids.checkBelowMaxID(t, db)
+}
+
+// TestSchemaCommand: what `dispenser schema` prints, fed to MariaDB statement by statement
+// as `dispenser schema | mysql leaf` would, creates both tables, twice without error; a
+// dispenser without --mysql-create-table then serves a row inserted by SQL, and the
+// registry table takes a worker.
+func TestSchemaCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := runCommand(context.Background(), []string{"schema"}, &out, &errOut); code != 0 {
+		t.Fatalf("dispenser schema: exit %d, stderr %s", code, errOut.String())
+	}
+	if code := runCommand(context.Background(), []string{"schema", "extra"}, io.Discard, &errOut); code != 2 {
+		t.Fatalf("dispenser schema extra: exit %d, want 2", code)
+	}
+	dsn := testenv.MariaDB(t).NewDatabase(t)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var statements []string
+	for _, s := range strings.Split(out.String(), ";") {
+		var lines []string
+		for _, l := range strings.Split(s, "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+				lines = append(lines, l)
+			}
+		}
+		if s := strings.TrimSpace(strings.Join(lines, "\n")); s != "" {
+			statements = append(statements, s)
+		}
+	}
+	if len(statements) != 2 {
+		t.Fatalf("schema has %d statements, want 2:\n%s", len(statements), out.String())
+	}
+	for range 2 {
+		for _, s := range statements {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				t.Fatalf("exec %q: %v", s, err)
+			}
+		}
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('orders', 100)"); err != nil {
+		t.Fatal(err)
+	}
+	d := startDispenser(t, func(m *Main) {
+		m.Config.SegmentStore = "mysql"
+		m.Config.WorkerRegistry = "mysql"
+		m.Config.MySQLDSN = dsn
+		m.Config.Advertise = "127.0.0.1:4999"
+	})
+	client := d.client(t)
+	if got, err := client.SegmentN(ctx, "orders", 2); err != nil || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("SegmentN(orders, 2) = %v, %v; want 1 2", got, err)
+	}
+	if _, err := client.Snowflake(ctx, "x"); err != nil {
+		t.Fatalf("Snowflake: %v", err)
+	}
+	var rows int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM leaf_workerid_alloc WHERE ip_port = '127.0.0.1:4999'").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("leaf_workerid_alloc rows for the node = %d, %v; want 1", rows, err)
+	}
 }

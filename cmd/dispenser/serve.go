@@ -284,7 +284,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		done := make(chan struct{})
 		g.Add(func() error {
 			defer close(done)
-			return batches.Run(ctx)
+			// Segment pools fill once the tag list is in; before, every fill would fail.
+			select {
+			case <-segments.Ready():
+			case <-ctx.Done():
+				return nil
+			}
+			if err := batches.Run(ctx); err != nil {
+				return err
+			}
+			// With no pools Run returns at once; an actor that returns stops the group.
+			<-ctx.Done()
+			return nil
 		}, func(error) {
 			cancel()
 			<-done
