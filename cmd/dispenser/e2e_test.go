@@ -98,7 +98,7 @@ var buildDispenser = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,7 +118,7 @@ type process struct {
 
 // startBinary runs the compiled dispenser with args (plus --listen and --data-dir when
 // not given) and waits for its ready line.
-func startBinary(t *testing.T, dataDir string, args ...string) *process {
+func startBinary(t testing.TB, dataDir string, args ...string) *process {
 	t.Helper()
 	bin, err := buildDispenser()
 	if err != nil {
