@@ -233,3 +233,35 @@ func wantErrIs(tb testing.TB, what string, err, want error) {
 		tb.Fatalf("%s: error = %v, want one wrapping %v", what, err, want)
 	}
 }
+
+// raceAcquire calls Acquire on every registry at the same instant and returns the IDs;
+// any error fails the test.
+func raceAcquire[R Registry](tb testing.TB, regs []R) []int64 {
+	tb.Helper()
+	ids := make([]int64, len(regs))
+	errs := make([]error, len(regs))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	ctx := testCtx(tb, 20*time.Second)
+	for i, r := range regs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l, err := r.Acquire(ctx)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ids[i] = l.WorkerID()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			tb.Fatalf("Acquire %d: %v", i, err)
+		}
+	}
+	return ids
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,29 +87,9 @@ func TestKVRegistryConcurrentAcquireGivesDistinctIDs(t *testing.T) {
 	for i := range regs {
 		regs[i] = openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i)})
 	}
-	ctx := testCtx(t, 30*time.Second)
-	ids := make([]int64, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range regs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, err := regs[i].Acquire(ctx)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ids[i] = l.WorkerID()
-		}()
-	}
-	close(start)
-	wg.Wait()
+	ids := raceAcquire(t, regs)
 	seen := map[int64]int{}
 	for i, id := range ids {
-		must(t, fmt.Sprintf("Acquire by n%d", i), errs[i])
 		if prev, dup := seen[id]; dup {
 			t.Fatalf("n%d and n%d both got worker ID %d", prev, i, id)
 		}

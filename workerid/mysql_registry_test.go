@@ -179,29 +179,9 @@ func TestMySQLRegistryConcurrentAcquireGivesDistinctIDs(t *testing.T) {
 	for i := range regs {
 		regs[i] = openMySQLRegistry(t, dsn, fmt.Sprintf("10.0.0.%d:8080", i+1), 0)
 	}
-	ctx := testCtx(t, 30*time.Second)
-	ids := make([]int64, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range regs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, err := regs[i].Acquire(ctx)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ids[i] = l.WorkerID()
-		}()
-	}
-	close(start)
-	wg.Wait()
+	ids := raceAcquire(t, regs)
 	seen := map[int64]int{}
 	for i, id := range ids {
-		must(t, fmt.Sprintf("Acquire by node %d", i), errs[i])
 		if prev, dup := seen[id]; dup {
 			t.Fatalf("nodes %d and %d both got worker ID %d", prev, i, id)
 		}

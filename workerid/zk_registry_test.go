@@ -187,37 +187,6 @@ func TestZKRegistryFirstStartRace(t *testing.T) {
 	}
 }
 
-// raceAcquire calls Acquire on every registry at the same instant and returns the IDs.
-func raceAcquire(tb testing.TB, regs []*ZKRegistry) []int64 {
-	tb.Helper()
-	ids := make([]int64, len(regs))
-	errs := make([]error, len(regs))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	ctx := testCtx(tb, 20*time.Second)
-	for i, r := range regs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, err := r.Acquire(ctx)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ids[i] = l.WorkerID()
-		}()
-	}
-	close(start)
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			tb.Fatalf("Acquire %d: %v", i, err)
-		}
-	}
-	return ids
-}
-
 func TestZKRegistrySameAddressRefused(t *testing.T) {
 	t.Parallel()
 	srv := testenv.ZooKeeper(t)
