@@ -118,3 +118,37 @@ func (d *dispenser) client(tb testing.TB, opts ...bus.ClientOption) *bus.Client 
 	}
 	return c
 }
+
+// takeSnowflakes takes n snowflake IDs from d in one request, adds them to seen (failing on a repeat) and
+// returns the worker ID and the highest timestamp they carry.
+func takeSnowflakes(t *testing.T, d *dispenser, seen map[int64]string, who string, n int) (workerID, maxTS int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := d.client(t)
+	ids, err := c.SnowflakeN(ctx, "worker-test", n)
+	if err != nil {
+		t.Fatalf("%s: SnowflakeN: %v", who, err)
+	}
+	workerID = -1
+	for _, id := range ids {
+		if prev, dup := seen[id]; dup {
+			t.Fatalf("snowflake ID %d from %s was already handed out by %s", id, who, prev)
+		}
+		seen[id] = who
+	}
+	for _, id := range []int64{ids[0], ids[len(ids)-1]} {
+		dec, err := c.Decode(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: Decode(%d): %v", who, id, err)
+		}
+		if workerID >= 0 && dec.WorkerID != workerID {
+			t.Fatalf("%s: IDs of one dispenser carry worker IDs %d and %d", who, workerID, dec.WorkerID)
+		}
+		workerID, maxTS = dec.WorkerID, max(maxTS, dec.Timestamp)
+	}
+	return workerID, maxTS
+}
+
+// workerOf keeps takeSnowflakes' worker ID.
+func workerOf(workerID, _ int64) int64 { return workerID }

@@ -29,37 +29,6 @@ func mysqlRegNode(dsn, node, advertise, dataDir string) func(*Main) {
 	}
 }
 
-// mysqlRegSnowflakes takes n snowflake IDs from d, adds them to seen (failing on a repeat) and
-// returns the worker ID and the highest timestamp they carry.
-func mysqlRegSnowflakes(t *testing.T, d *dispenser, seen map[int64]string, who string, n int) (workerID, maxTS int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := d.client(t)
-	ids, err := c.SnowflakeN(ctx, "mysqlreg", n)
-	if err != nil {
-		t.Fatalf("%s: SnowflakeN: %v", who, err)
-	}
-	workerID = -1
-	for _, id := range ids {
-		if prev, dup := seen[id]; dup {
-			t.Fatalf("snowflake ID %d from %s was already handed out by %s", id, who, prev)
-		}
-		seen[id] = who
-	}
-	for _, id := range []int64{ids[0], ids[len(ids)-1]} {
-		dec, err := c.Decode(ctx, id)
-		if err != nil {
-			t.Fatalf("%s: Decode(%d): %v", who, id, err)
-		}
-		if workerID >= 0 && dec.WorkerID != workerID {
-			t.Fatalf("%s: IDs of one dispenser carry worker IDs %d and %d", who, workerID, dec.WorkerID)
-		}
-		workerID, maxTS = dec.WorkerID, max(maxTS, dec.Timestamp)
-	}
-	return workerID, maxTS
-}
-
 // mysqlRegRow reads ip_port's row: its id and max_timestamp.
 func mysqlRegRow(t *testing.T, db *sql.DB, ipPort string) (id, maxTS int64) {
 	t.Helper()
@@ -87,7 +56,7 @@ func TestMySQLWorkerRegistry(t *testing.T) {
 	dirA := t.TempDir()
 
 	a := startDispenser(t, mysqlRegNode(dsn, "mysql-a", "127.0.0.1:7001", dirA))
-	wa, _ := mysqlRegSnowflakes(t, a, seen, "a", 1000)
+	wa, _ := takeSnowflakes(t, a, seen, "a", 1000)
 	rowID, recorded := mysqlRegRow(t, db, "127.0.0.1:7001")
 	if rowID != wa {
 		t.Fatalf("dispenser a issues with worker ID %d, its leaf_workerid_alloc row has id %d", wa, rowID)
@@ -97,7 +66,7 @@ func TestMySQLWorkerRegistry(t *testing.T) {
 	}
 
 	b := startDispenser(t, mysqlRegNode(dsn, "mysql-b", "127.0.0.1:7002", t.TempDir()))
-	wb, _ := mysqlRegSnowflakes(t, b, seen, "b", 1000)
+	wb, _ := takeSnowflakes(t, b, seen, "b", 1000)
 	if wb == wa {
 		t.Fatalf("dispensers a and b both have worker ID %d", wa)
 	}
@@ -106,7 +75,7 @@ func TestMySQLWorkerRegistry(t *testing.T) {
 	}
 
 	// A clean stop records the highest timestamp a issued.
-	_, lastA := mysqlRegSnowflakes(t, a, seen, "a", 1000)
+	_, lastA := takeSnowflakes(t, a, seen, "a", 1000)
 	if err := a.stop(); err != nil {
 		t.Fatalf("stop a: %v", err)
 	}
@@ -116,10 +85,10 @@ func TestMySQLWorkerRegistry(t *testing.T) {
 
 	// Restarted with the same identity, a keeps its ID and never repeats an ID.
 	a2 := startDispenser(t, mysqlRegNode(dsn, "mysql-a", "127.0.0.1:7001", dirA))
-	if w, _ := mysqlRegSnowflakes(t, a2, seen, "a restarted", 1000); w != wa {
+	if w, _ := takeSnowflakes(t, a2, seen, "a restarted", 1000); w != wa {
 		t.Fatalf("after a restart a has worker ID %d, want %d (its row's)", w, wa)
 	}
-	mysqlRegSnowflakes(t, b, seen, "b", 1000)
+	takeSnowflakes(t, b, seen, "b", 1000)
 
 	// A third process with b's identity must not run as b's worker ID.
 	m := NewMain()

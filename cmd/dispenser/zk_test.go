@@ -4,12 +4,10 @@ package main
 // dispenser code path, against a real ZooKeeper.
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -27,37 +25,6 @@ func zkNode(servers, name, node, advertise, dataDir string) func(*Main) {
 		m.Config.ZKName = name
 		m.Config.Advertise = advertise
 	}
-}
-
-// zkSnowflakes takes n snowflake IDs from d, adds them to seen (failing on a repeat) and
-// returns the worker ID they carry.
-func zkSnowflakes(t *testing.T, d *dispenser, seen map[int64]string, who string, n int) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := d.client(t)
-	ids, err := c.SnowflakeN(ctx, "zkreg", n)
-	if err != nil {
-		t.Fatalf("%s: SnowflakeN: %v", who, err)
-	}
-	for _, id := range ids {
-		if prev, dup := seen[id]; dup {
-			t.Fatalf("snowflake ID %d from %s was already handed out by %s", id, who, prev)
-		}
-		seen[id] = who
-	}
-	workerID := int64(-1)
-	for _, id := range []int64{ids[0], ids[len(ids)-1]} {
-		dec, err := c.Decode(ctx, id)
-		if err != nil {
-			t.Fatalf("%s: Decode(%d): %v", who, id, err)
-		}
-		if workerID >= 0 && dec.WorkerID != workerID {
-			t.Fatalf("%s: IDs of one dispenser carry worker IDs %d and %d", who, workerID, dec.WorkerID)
-		}
-		workerID = dec.WorkerID
-	}
-	return workerID
 }
 
 // leafNode reads advertise's node under /snowflake/<name>/forever: its sequence (the
@@ -110,13 +77,13 @@ func TestZKWorkerRegistry(t *testing.T) {
 	dirA := t.TempDir()
 
 	a := startDispenser(t, zkNode(srv.Addr(), name, "zk-a", "127.0.0.1:7001", dirA))
-	wa := zkSnowflakes(t, a, seen, "a", 1000)
+	wa := workerOf(takeSnowflakes(t, a, seen, "a", 1000))
 	if seq, ts := leafNode(t, conn, name, "127.0.0.1:7001"); seq != wa || ts == 0 {
 		t.Fatalf("dispenser a issues with worker ID %d; its ZooKeeper node has sequence %d, timestamp %d", wa, seq, ts)
 	}
 
 	b := startDispenser(t, zkNode(srv.Addr(), name, "zk-b", "127.0.0.1:7002", t.TempDir()))
-	wb := zkSnowflakes(t, b, seen, "b", 1000)
+	wb := workerOf(takeSnowflakes(t, b, seen, "b", 1000))
 	if wb == wa {
 		t.Fatalf("dispensers a and b both have worker ID %d", wa)
 	}
@@ -124,15 +91,15 @@ func TestZKWorkerRegistry(t *testing.T) {
 		t.Fatalf("dispenser b issues with worker ID %d; its node has sequence %d", wb, seq)
 	}
 
-	zkSnowflakes(t, a, seen, "a", 1000)
+	takeSnowflakes(t, a, seen, "a", 1000)
 	if err := a.stop(); err != nil {
 		t.Fatalf("stop a: %v", err)
 	}
 	a2 := startDispenser(t, zkNode(srv.Addr(), name, "zk-a", "127.0.0.1:7001", dirA))
-	if w := zkSnowflakes(t, a2, seen, "a restarted", 1000); w != wa {
+	if w := workerOf(takeSnowflakes(t, a2, seen, "a restarted", 1000)); w != wa {
 		t.Fatalf("after a restart a has worker ID %d, want %d", w, wa)
 	}
-	zkSnowflakes(t, b, seen, "b", 1000)
+	takeSnowflakes(t, b, seen, "b", 1000)
 }
 
 // TestZKDownRestartFromCacheFile: with ZooKeeper stopped, a dispenser restarts from its
@@ -144,13 +111,13 @@ func TestZKDownRestartFromCacheFile(t *testing.T) {
 	configure := zkNode(srv.Addr(), "leafbus", "zk-c", "127.0.0.1:7003", dir)
 
 	c := startDispenser(t, configure)
-	wc := zkSnowflakes(t, c, seen, "c", 1000)
+	wc := workerOf(takeSnowflakes(t, c, seen, "c", 1000))
 	if err := c.stop(); err != nil {
 		t.Fatalf("stop c: %v", err)
 	}
 	srv.Stop()
 	c2 := startDispenser(t, configure)
-	if w := zkSnowflakes(t, c2, seen, "c restarted without ZooKeeper", 1000); w != wc {
+	if w := workerOf(takeSnowflakes(t, c2, seen, "c restarted without ZooKeeper", 1000)); w != wc {
 		t.Fatalf("restarted from the cache file, c has worker ID %d, want %d", w, wc)
 	}
 	if !strings.Contains(c2.stderr.String(), "cache file") {
@@ -172,17 +139,17 @@ func TestZKRecycleWorkerRegistry(t *testing.T) {
 	}
 	seen := map[int64]string{}
 	a := startDispenser(t, recycle("zk-ra", "127.0.0.1:7011"))
-	wa := zkSnowflakes(t, a, seen, "a", 1000)
+	wa := workerOf(takeSnowflakes(t, a, seen, "a", 1000))
 	b := startDispenser(t, recycle("zk-rb", "127.0.0.1:7012"))
-	if wb := zkSnowflakes(t, b, seen, "b", 1000); wb == wa {
+	if wb := workerOf(takeSnowflakes(t, b, seen, "b", 1000)); wb == wa {
 		t.Fatalf("dispensers a and b both lease worker ID %d", wa)
 	}
-	zkSnowflakes(t, a, seen, "a", 1000)
+	takeSnowflakes(t, a, seen, "a", 1000)
 	if err := a.stop(); err != nil {
 		t.Fatalf("stop a: %v", err)
 	}
 	c := startDispenser(t, recycle("zk-rc", "127.0.0.1:7013"))
-	if wc := zkSnowflakes(t, c, seen, "c", 1000); wc != wa {
+	if wc := workerOf(takeSnowflakes(t, c, seen, "c", 1000)); wc != wa {
 		t.Fatalf("after a released worker ID %d, c leased %d, want the freed one", wa, wc)
 	}
 }
