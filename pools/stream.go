@@ -1,0 +1,532 @@
+package pools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/bus"
+)
+
+// MinAckWait is the shortest ack wait the pool consumers are created with
+// (PROTOCOL.md "Bulk batches"). Jobs rely on it: Consumer never waits more than half of
+// it for a confirmed ack, whatever a consumer's current setting.
+const MinAckWait = 30 * time.Second
+
+// DuplicateWindow is the stream's message-ID deduplication window. A batch whose
+// publish outcome is unknown is retried with the same ID only within half of it, so a
+// retry can never store a batch the server already forgot it had stored.
+const DuplicateWindow = 2 * time.Minute
+
+// maxTextBytesPerID bounds one ID in a text body: 19 digits and a newline.
+const maxTextBytesPerID = 20
+
+// StreamName is the pool stream of a deployment: <PREFIX>_POOL, upper case.
+func StreamName(prefix string) string { return strings.ToUpper(prefix) + "_POOL" }
+
+// PoolSubject is where a pool's batches are published: <prefix>.pool.<kind>.<tag>.
+func PoolSubject(prefix string, kind bus.Kind, tag string) string {
+	return prefix + ".pool." + kind.String() + "." + tag
+}
+
+// ConsumerName is the durable pull consumer every job of a pool shares: <kind>_<tag>.
+func ConsumerName(kind bus.Kind, tag string) string { return kind.String() + "_" + tag }
+
+// StreamConfig configures a Stream.
+type StreamConfig struct {
+	// JetStream is where the stream lives; its connection's max payload must hold a
+	// batch of the largest Size as text (20 bytes per ID).
+	JetStream jetstream.JetStream
+	// Prefix is the deployment's subject prefix ("leaf").
+	Prefix string
+	// Specs lists the pools: each keeps Depth batches of Size IDs in the stream.
+	Specs []Spec
+	// Segments and Snowflakes fill the pools of their kind; each is required when a
+	// pool of its kind is configured.
+	Segments   SegmentSource
+	Snowflakes SnowflakeSource
+	// Replicas of the stream (--kv-replicas), 1 to 5. Default 1. Every dispenser of a
+	// deployment must use the same value: each one creates or updates the stream.
+	Replicas int
+	// AckWait of the pool consumers, at least MinAckWait. Default MinAckWait.
+	AckWait time.Duration
+	// Poll is how often a full pool looks whether batches were taken. Default 250ms.
+	Poll time.Duration
+	// PublishTimeout bounds one publish (and one stream info request). Default 5s.
+	PublishTimeout time.Duration
+	// Logger receives set-up, fill and publish failures; nil discards.
+	Logger *slog.Logger
+}
+
+// Stream keeps the JetStream bulk pools of PROTOCOL.md "Bulk batches" topped up: the
+// work-queue stream <PREFIX>_POOL (subjects <prefix>.pool.>), per pool a durable pull
+// consumer <kind>_<tag> shared by every job, and a feeder that publishes batches of Size
+// IDs as text bodies until Depth of them are stored. It is Batches' idea with the ready
+// batches kept in JetStream instead of memory, for jobs that do not go through the
+// request/reply service. Run it on every dispenser with the same pools; they share
+// the stream and consumers.
+//
+// Bounded: a feeder publishes only after reading, in one stream info request, the
+// stream's last sequence and the number of messages on its subject, and only while that
+// number is below Depth; the publish carries Nats-Expected-Last-Sequence, so it is
+// refused when anyone published to the stream in between. Two dispensers (or two
+// pools) topping up at once can therefore never both add the last free place: each
+// subject holds at most Depth messages (ready or delivered and not yet acked). The
+// refused feeder reads again and retries. The pools of one Stream publish one at a time,
+// so they only ever conflict with other dispensers. The stream also sets
+// MaxMsgsPerSubject to MaxDepth with DiscardNewPerSubject, a server-side backstop
+// that does not depend on any dispenser's pool list.
+//
+// Never stored twice: each batch carries Nats-Msg-Id <kind>.<tag>.<first ID>. A publish
+// whose outcome is unknown (timed out, connection lost) is retried with the same batch
+// and ID, which the server acknowledges as a duplicate if the first try was stored; the
+// batch is dropped (a gap) rather than retried once half the stream's duplicate window
+// has passed since that first unknown outcome. Batches of different dispensers never
+// overlap because their IDs come from their own segments and worker IDs.
+type Stream struct {
+	js     jetstream.JetStream
+	cfg    StreamConfig
+	name   string
+	sf     SnowflakeSource
+	pools  []*streamPool
+	logger *slog.Logger
+
+	// pubMu serialises one Stream's info-then-publish steps: the stream-wide
+	// expected-sequence check then only conflicts with other dispensers.
+	pubMu sync.Mutex
+
+	mu      sync.Mutex
+	running bool
+	stream  jetstream.Stream // set by ensure
+}
+
+// streamPool is one pool's feeder state and counters.
+type streamPool struct {
+	spec     Spec
+	subject  string
+	consumer string
+
+	stored                             atomic.Int64 // messages on the subject when last looked
+	published, duplicates, conflicts   atomic.Uint64
+	dropped, fillErrors, publishErrors atomic.Uint64
+	lastError                          atomic.Pointer[string]
+}
+
+// NewStream checks cfg; nothing is created until Run.
+func NewStream(cfg StreamConfig) (*Stream, error) {
+	return newStream(cfg, MinAckWait)
+}
+
+// newStream is NewStream with a lower ack-wait floor, so that tests can watch an
+// unacked batch come back without waiting 30 s.
+func newStream(cfg StreamConfig, ackWaitFloor time.Duration) (*Stream, error) {
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = MinAckWait
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = 250 * time.Millisecond
+	}
+	if cfg.PublishTimeout == 0 {
+		cfg.PublishTimeout = 5 * time.Second
+	}
+	switch {
+	case cfg.JetStream == nil:
+		return nil, fmt.Errorf("%w: stream: no JetStream", ErrInvalidPool)
+	case cfg.Replicas < 1 || cfg.Replicas > 5:
+		return nil, fmt.Errorf("%w: stream replicas %d: want 1 to 5", ErrInvalidPool, cfg.Replicas)
+	case cfg.AckWait < ackWaitFloor:
+		return nil, fmt.Errorf("%w: stream ack wait %v: want at least %v", ErrInvalidPool, cfg.AckWait, ackWaitFloor)
+	case cfg.Poll < 0:
+		return nil, fmt.Errorf("%w: stream poll %v: want > 0", ErrInvalidPool, cfg.Poll)
+	case cfg.PublishTimeout < 0:
+		return nil, fmt.Errorf("%w: stream publish timeout %v: want > 0", ErrInvalidPool, cfg.PublishTimeout)
+	}
+	if err := bus.CheckPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPool, err)
+	}
+	maxPayload := int64(-1)
+	if nc := cfg.JetStream.Conn(); nc != nil {
+		maxPayload = nc.MaxPayload()
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Stream{js: cfg.JetStream, cfg: cfg, name: StreamName(cfg.Prefix), sf: cfg.Snowflakes, logger: logger}
+	seen := make(map[poolKey]Spec, len(cfg.Specs))
+	for _, sp := range cfg.Specs {
+		if err := checkSpec(sp); err != nil {
+			return nil, err
+		}
+		switch {
+		case sp.Kind == bus.SegmentKind && cfg.Segments == nil:
+			return nil, fmt.Errorf("%w: stream pool %s: no segment source", ErrInvalidPool, sp)
+		case sp.Kind == bus.SnowflakeKind && cfg.Snowflakes == nil:
+			return nil, fmt.Errorf("%w: stream pool %s: no snowflake source", ErrInvalidPool, sp)
+		}
+		k := poolKey{sp.Kind, sp.Tag}
+		if have, dup := seen[k]; dup {
+			return nil, fmt.Errorf("%w: stream pool %s: %s:%s is already configured as %s", ErrInvalidPool, sp, sp.Kind, sp.Tag, have)
+		}
+		seen[k] = sp
+		if body := int64(sp.Size) * maxTextBytesPerID; maxPayload > 0 && body > maxPayload {
+			return nil, fmt.Errorf("%w: stream pool %s: a batch may take %d bytes as text, over the connection's max payload %d",
+				ErrInvalidPool, sp, body, maxPayload)
+		}
+		s.pools = append(s.pools, &streamPool{
+			spec:     sp,
+			subject:  PoolSubject(cfg.Prefix, sp.Kind, sp.Tag),
+			consumer: ConsumerName(sp.Kind, sp.Tag),
+		})
+	}
+	return s, nil
+}
+
+// Run creates (or updates) the stream and the pools' consumers, retrying until it
+// succeeds, then keeps every pool topped up, one goroutine per pool, until ctx ends. It
+// returns nil after every goroutine stopped; with no pools it returns at once. Calling
+// Run twice is an error.
+func (s *Stream) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return errors.New("pools: Stream.Run called twice")
+	}
+	s.running = true
+	s.mu.Unlock()
+	if len(s.pools) == 0 {
+		return nil
+	}
+	retry := time.Duration(0)
+	for {
+		err := s.ensure(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		retry = s.backoff(retry, nil, "pools: set up the pool stream", err)
+		if !sleep(ctx, retry/2+rand.N(retry/2+1)) {
+			return nil
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range s.pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.feed(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// ensure creates or updates the stream and every pool's consumer.
+func (s *Stream) ensure(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.PublishTimeout)
+	defer cancel()
+	st, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        s.name,
+		Description: "leafbus: ready ID batches for bulk consumers (PROTOCOL.md, Bulk batches)",
+		Subjects:    []string{s.cfg.Prefix + ".pool.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.cfg.Replicas,
+		// The backstop bound; the exact one is each feeder's checked publish.
+		MaxMsgsPerSubject:    MaxDepth,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           DuplicateWindow,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", s.name, err)
+	}
+	for _, p := range s.pools {
+		_, err := s.js.CreateOrUpdateConsumer(ctx, s.name, jetstream.ConsumerConfig{
+			Durable:       p.consumer,
+			Description:   "leafbus pool " + p.spec.Kind.String() + ":" + p.spec.Tag + ": fetch one batch, AckSync, use it only if confirmed within half the ack wait",
+			FilterSubject: p.subject,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       s.cfg.AckWait,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			MaxDeliver:    -1,
+		})
+		if err != nil {
+			return fmt.Errorf("create or update consumer %s on %s: %w", p.consumer, s.name, err)
+		}
+	}
+	s.mu.Lock()
+	s.stream = st
+	s.mu.Unlock()
+	return nil
+}
+
+// streamBatch is a filled batch that is not known to be stored yet.
+type streamBatch struct {
+	body  []byte
+	msgID string
+	// unsureSince is when a publish of this batch first ended without an answer
+	// (zero: every try so far was refused for sure). From then on it may be stored.
+	unsureSince time.Time
+}
+
+// feed is one pool's top-up loop.
+func (s *Stream) feed(ctx context.Context, p *streamPool) {
+	logger := s.logger.With("pool", p.spec.String(), "subject", p.subject)
+	ids := make([]int64, p.spec.Size)
+	var pending *streamBatch
+	retry := time.Duration(0)
+	for ctx.Err() == nil {
+		if pending == nil {
+			full, err := s.full(ctx, p)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				retry = s.backoff(retry, p, "pools: read the pool stream", err)
+				p.publishErrors.Add(1)
+				sleep(ctx, retry/2+rand.N(retry/2+1))
+				continue
+			}
+			if full {
+				sleep(ctx, s.cfg.Poll)
+				continue
+			}
+			if err := s.source(ctx, p.spec, ids); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				p.fillErrors.Add(1)
+				retry = s.backoff(retry, p, "pools: fill a stream batch", err)
+				sleep(ctx, retry/2+rand.N(retry/2+1))
+				continue
+			}
+			pending = &streamBatch{
+				body:  bus.AppendIDs(make([]byte, 0, len(ids)*maxTextBytesPerID), ids, bus.Text),
+				msgID: p.spec.Kind.String() + "." + p.spec.Tag + "." + strconv.FormatInt(ids[0], 10),
+			}
+		}
+		res, err := s.publish(ctx, p, pending)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return // the pending batch is forgotten: a gap at worst
+			}
+			p.publishErrors.Add(1)
+			retry = s.backoff(retry, p, "pools: publish a stream batch", err)
+			sleep(ctx, retry/2+rand.N(retry/2+1))
+		case res == pubDropped:
+			p.dropped.Add(1)
+			logger.Warn("pools: dropped a batch whose publish outcome stayed unknown past half the duplicate window", "msg_id", pending.msgID)
+			pending = nil
+		case res == pubFull:
+			sleep(ctx, s.cfg.Poll)
+		case res == pubConflict:
+			p.conflicts.Add(1)
+			// Another dispenser published in between: read again after a short
+			// random pause, so that two feeders fall out of step.
+			sleep(ctx, time.Duration(rand.N(int64(2*time.Millisecond))))
+		case res == pubStored || res == pubDuplicate:
+			if retry != 0 {
+				logger.Info("pools: stream top-up works again")
+				retry = 0
+			}
+			if res == pubDuplicate {
+				p.duplicates.Add(1)
+			}
+			p.published.Add(1)
+			pending = nil
+		}
+	}
+}
+
+// full reads whether p's subject holds Depth messages already.
+func (s *Stream) full(ctx context.Context, p *streamPool) (bool, error) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	_, count, _, err := s.state(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	return count >= p.spec.Depth, nil
+}
+
+// state reads the stream's last sequence, the messages on p's subject and the
+// duplicate window in one request, in that order on the server: a message published
+// after the sequence was read makes a publish expecting it fail.
+func (s *Stream) state(ctx context.Context, p *streamPool) (lastSeq uint64, count int, dupWindow time.Duration, err error) {
+	s.mu.Lock()
+	st := s.stream
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(p.subject))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Deleted under us (by an operator): make it again, with the consumers.
+		if err = s.ensure(ctx); err == nil {
+			s.mu.Lock()
+			st = s.stream
+			s.mu.Unlock()
+			info, err = st.Info(ctx, jetstream.WithSubjectFilter(p.subject))
+		}
+	}
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("stream %s info: %w", s.name, err)
+	}
+	count = int(info.State.Subjects[p.subject])
+	p.stored.Store(int64(count))
+	return info.State.LastSeq, count, info.Config.Duplicates, nil
+}
+
+type pubResult int
+
+const (
+	pubStored    pubResult = iota // stored now
+	pubDuplicate                  // the server had it already: an earlier unknown outcome was a success
+	pubFull                       // the subject holds Depth messages: keep the batch for later
+	pubConflict                   // someone published since the state was read: read again
+	pubDropped                    // the outcome stayed unknown too long: drop the batch
+)
+
+// publish makes one checked attempt to store b on p's subject.
+func (s *Stream) publish(ctx context.Context, p *streamPool, b *streamBatch) (pubResult, error) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	lastSeq, count, dupWindow, err := s.state(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	if !b.unsureSince.IsZero() && time.Since(b.unsureSince) >= dupWindow/2 {
+		return pubDropped, nil
+	}
+	if count >= p.spec.Depth {
+		return pubFull, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	ack, err := s.js.Publish(pctx, p.subject, b.body,
+		jetstream.WithMsgID(b.msgID),
+		jetstream.WithExpectStream(s.name),
+		jetstream.WithExpectLastSequence(lastSeq),
+	)
+	if err == nil {
+		if ack.Duplicate {
+			return pubDuplicate, nil
+		}
+		return pubStored, nil
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// The stream answered: this try was not stored.
+		if apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+			return pubConflict, nil
+		}
+		return 0, fmt.Errorf("publish %s to %s: %w", b.msgID, p.subject, err)
+	}
+	if b.unsureSince.IsZero() {
+		b.unsureSince = time.Now()
+	}
+	return 0, fmt.Errorf("publish %s to %s, outcome unknown (retried with the same message ID): %w", b.msgID, p.subject, err)
+}
+
+// source fills ids from the pool's generator.
+func (s *Stream) source(ctx context.Context, sp Spec, ids []int64) error {
+	var err error
+	if sp.Kind == bus.SnowflakeKind {
+		err = s.sf.Fill(ids)
+	} else {
+		err = s.cfg.Segments.Fill(ctx, sp.Tag, ids)
+	}
+	if err != nil {
+		return fmt.Errorf("pools: fill %s: %w", sp, err)
+	}
+	return nil
+}
+
+// backoff records err, logs it (loudly the first time) and returns the next pause.
+func (s *Stream) backoff(retry time.Duration, p *streamPool, what string, err error) time.Duration {
+	logger := s.logger
+	if p != nil {
+		msg := err.Error()
+		p.lastError.Store(&msg)
+		logger = logger.With("pool", p.spec.String())
+	}
+	if retry == 0 {
+		logger.Warn(what+" failed, retrying with back-off", "err", err)
+		return retryMin
+	}
+	logger.Debug(what+" failed again", "err", err, "retry_in", retry)
+	return min(2*retry, retryMax)
+}
+
+// StreamStats is a snapshot of one stream pool. Counts are of batches.
+type StreamStats struct {
+	Kind     string `json:"kind"`
+	Tag      string `json:"tag"`
+	Size     int    `json:"size"`  // IDs per batch
+	Depth    int    `json:"depth"` // the most batches kept in the stream
+	Subject  string `json:"subject"`
+	Consumer string `json:"consumer"`
+	// Stored is the messages on the subject when the feeder last looked: ready ones
+	// and ones delivered to a job and not acked yet.
+	Stored        int    `json:"stored"`
+	Published     uint64 `json:"published"`  // stored by this dispenser (Duplicates included)
+	Duplicates    uint64 `json:"duplicates"` // retries the server had already stored
+	Conflicts     uint64 `json:"conflicts"`  // publishes refused because another dispenser published first
+	Dropped       uint64 `json:"dropped"`    // batches given up (a gap in the IDs)
+	FillErrors    uint64 `json:"fill_errors"`
+	PublishErrors uint64 `json:"publish_errors"`
+	LastError     string `json:"last_error,omitempty"`
+	// Borrowed is, for snowflake pools, how far the generator's highest issued
+	// timestamp is ahead of the clock (0 when it is not, or the source cannot tell).
+	Borrowed time.Duration `json:"borrowed_ns"`
+}
+
+// Stats returns a snapshot of every pool, in the order of StreamConfig.Specs.
+func (s *Stream) Stats() []StreamStats {
+	var borrowed time.Duration
+	if r, ok := s.sf.(borrowReporter); ok {
+		borrowed = r.Stats().Borrowed
+	}
+	out := make([]StreamStats, 0, len(s.pools))
+	for _, p := range s.pools {
+		st := StreamStats{
+			Kind:          p.spec.Kind.String(),
+			Tag:           p.spec.Tag,
+			Size:          p.spec.Size,
+			Depth:         p.spec.Depth,
+			Subject:       p.subject,
+			Consumer:      p.consumer,
+			Stored:        int(p.stored.Load()),
+			Published:     p.published.Load(),
+			Duplicates:    p.duplicates.Load(),
+			Conflicts:     p.conflicts.Load(),
+			Dropped:       p.dropped.Load(),
+			FillErrors:    p.fillErrors.Load(),
+			PublishErrors: p.publishErrors.Load(),
+		}
+		if e := p.lastError.Load(); e != nil {
+			st.LastError = *e
+		}
+		if p.spec.Kind == bus.SnowflakeKind {
+			st.Borrowed = borrowed
+		}
+		out = append(out, st)
+	}
+	return out
+}

@@ -1,0 +1,571 @@
+package pools
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/testenv"
+)
+
+// testAckWait is the pool consumers' ack wait in these tests: short, so that a batch
+// held by a killed job comes back within the test (the product's floor is 30 s).
+const testAckWait = 2 * time.Second
+
+// newJS connects a JetStream client to ns, closed at cleanup.
+func newJS(tb testing.TB, ns *testenv.NATS, opts ...nats.Option) jetstream.JetStream {
+	tb.Helper()
+	js, err := jetstream.New(ns.Connect(tb, opts...))
+	if err != nil {
+		tb.Fatalf("jetstream.New: %v", err)
+	}
+	return js
+}
+
+// mustNewStream builds a Stream with the test ack wait and a fast poll.
+func mustNewStream(tb testing.TB, cfg StreamConfig) *Stream {
+	tb.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = "leaf"
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = testAckWait
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = 10 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(tb)
+	}
+	s, err := newStream(cfg, time.Second)
+	if err != nil {
+		tb.Fatalf("newStream: %v", err)
+	}
+	return s
+}
+
+// runStream starts s.Run and stops it (waiting, bounded) at cleanup; the returned
+// function stops it earlier.
+func runStream(tb testing.TB, s *Stream) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("Stream.Run returned %v, want nil", err)
+				}
+			case <-time.After(10 * time.Second):
+				tb.Errorf("Stream.Run did not return within 10s of its context ending")
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
+}
+
+// subjectCount reads how many messages the pool subject holds.
+func subjectCount(tb testing.TB, js jetstream.JetStream, subject string) int {
+	tb.Helper()
+	n, err := tryCount(js, subject)
+	if err != nil {
+		tb.Fatalf("count %s: %v", subject, err)
+	}
+	return n
+}
+
+func tryCount(js jetstream.JetStream, subject string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, StreamName("leaf"))
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, err
+	}
+	return int(info.State.Subjects[subject]), nil
+}
+
+// waitCount polls the subject until it holds want messages, failing after 15s. The
+// stream may not exist yet, or (on a new cluster) not answer yet.
+func waitCount(tb testing.TB, js jetstream.JetStream, subject string, want int) {
+	tb.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		got, err := tryCount(js, subject)
+		if err == nil && got == want {
+			return
+		}
+		select {
+		case <-deadline:
+			tb.Fatalf("%s holds %d messages (error %v) after 15s, want %d", subject, got, err, want)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitStreamStats polls pool i's stats until ok says so, failing after 5s.
+func waitStreamStats(tb testing.TB, s *Stream, i int, what string, ok func(StreamStats) bool) {
+	tb.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		st := s.Stats()[i]
+		if ok(st) {
+			return
+		}
+		select {
+		case <-deadline:
+			tb.Fatalf("stream pool %s:%s: waited 5s for %s; stats %+v", st.Kind, st.Tag, what, st)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func mustConsumer(tb testing.TB, js jetstream.JetStream, kind bus.Kind, tag string) *Consumer {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := NewConsumer(ctx, js, "leaf", kind, tag)
+	if err != nil {
+		tb.Fatalf("NewConsumer(%s, %s): %v", kind, tag, err)
+	}
+	return c
+}
+
+func TestNewStream(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	js := newJS(t, ns)
+	segs := &countingSource{}
+	sfs := snowflakeFake{&countingSource{}}
+	orders := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 100, Depth: 4}
+	tests := []struct {
+		name    string
+		cfg     StreamConfig
+		wantErr error
+	}{
+		{"OK", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{orders}, Segments: segs}, nil},
+		{"OKNoPools", StreamConfig{JetStream: js, Prefix: "leaf"}, nil},
+		{"ErrNoJetStream", StreamConfig{Prefix: "leaf", Specs: []Spec{orders}, Segments: segs}, ErrInvalidPool},
+		{"ErrPrefix", StreamConfig{JetStream: js, Prefix: "a.b", Specs: []Spec{orders}, Segments: segs}, ErrInvalidPool},
+		{"ErrAckWaitBelowFloor", StreamConfig{JetStream: js, Prefix: "leaf", AckWait: 29 * time.Second}, ErrInvalidPool},
+		{"ErrReplicas", StreamConfig{JetStream: js, Prefix: "leaf", Replicas: 6}, ErrInvalidPool},
+		{"ErrNoSegmentSource", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{orders}, Snowflakes: sfs}, ErrInvalidPool},
+		{"ErrNoSnowflakeSource", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: bus.SnowflakeKind, Tag: "x", Size: 10, Depth: 1}}, Segments: segs}, ErrInvalidPool},
+		{"ErrDuplicatePool", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{orders, orders}, Segments: segs}, ErrInvalidPool},
+		{"ErrBadSpec", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: bus.SegmentKind, Tag: "orders", Size: 0, Depth: 1}}, Segments: segs}, ErrInvalidPool},
+		// 10^6 IDs as text may take 20 MB, over the server's default 1 MB max payload.
+		{"ErrOverMaxPayload", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: bus.SegmentKind, Tag: "big", Size: bus.MaxBatchLimit, Depth: 1}}, Segments: segs}, ErrInvalidPool},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewStream(tt.cfg)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("NewStream: got error %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestStreamSetUp: Run creates the stream and consumers as PROTOCOL.md names them and
+// fills each pool to exactly its depth; taking batches makes it top up again.
+func TestStreamSetUp(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	js := newJS(t, ns)
+	specs := []Spec{
+		{Kind: bus.SegmentKind, Tag: "orders", Size: 100, Depth: 5},
+		{Kind: bus.SnowflakeKind, Tag: "events", Size: 50, Depth: 3},
+	}
+	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: specs,
+		Segments: &countingSource{}, Snowflakes: snowflakeFake{&countingSource{next: 1 << 40}}})
+	runStream(t, s)
+	waitCount(t, js, "leaf.pool.segment.orders", 5)
+	waitCount(t, js, "leaf.pool.snowflake.events", 3)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "LEAF_POOL")
+	if err != nil {
+		t.Fatalf("js.Stream(LEAF_POOL): %v", err)
+	}
+	sc := st.CachedInfo().Config
+	if sc.Retention != jetstream.WorkQueuePolicy || !slices.Equal(sc.Subjects, []string{"leaf.pool.>"}) || sc.Replicas != 1 || sc.Duplicates != DuplicateWindow {
+		t.Errorf("stream config: retention %v subjects %v replicas %d duplicates %v; want work queue, [leaf.pool.>], 1, %v",
+			sc.Retention, sc.Subjects, sc.Replicas, sc.Duplicates, DuplicateWindow)
+	}
+	for _, want := range []struct{ name, filter string }{
+		{"segment_orders", "leaf.pool.segment.orders"},
+		{"snowflake_events", "leaf.pool.snowflake.events"},
+	} {
+		c, err := js.Consumer(ctx, "LEAF_POOL", want.name)
+		if err != nil {
+			t.Fatalf("js.Consumer(%s): %v", want.name, err)
+		}
+		cc := c.CachedInfo().Config
+		if cc.Durable != want.name || cc.FilterSubject != want.filter || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != testAckWait {
+			t.Errorf("consumer %s: durable %q filter %q ack %v wait %v; want %q %q explicit %v",
+				want.name, cc.Durable, cc.FilterSubject, cc.AckPolicy, cc.AckWait, want.name, want.filter, testAckWait)
+		}
+	}
+
+	c := mustConsumer(t, js, bus.SegmentKind, "orders")
+	var prev int64
+	for i := 0; i < 7; i++ {
+		ids, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next #%d: %v", i, err)
+		}
+		if len(ids) != 100 || ids[0] <= prev {
+			t.Fatalf("Next #%d: %d IDs from %d, want 100 IDs above %d", i, len(ids), ids[0], prev)
+		}
+		prev = ids[len(ids)-1]
+	}
+	waitCount(t, js, "leaf.pool.segment.orders", 5)
+	if got := c.Stats(); got.Used != 7 {
+		t.Errorf("Consumer.Stats: %+v, want 7 used", got)
+	}
+	waitStreamStats(t, s, 0, "12 published, none dropped, 5 stored", func(st StreamStats) bool {
+		return st.Published == 12 && st.Dropped == 0 && st.Stored == 5
+	})
+}
+
+// TestStreamTwoFeedersBounded: two dispensers feed the same pool while a job drains it;
+// once the job stops, the pool holds exactly its depth: no feeder ever added a message
+// past the bound (published by both minus taken = depth), however they interleaved.
+func TestStreamTwoFeedersBounded(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	spec := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 10, Depth: 3}
+	var streams []*Stream
+	for i, start := range []int64{0, 1 << 40} {
+		s := mustNewStream(t, StreamConfig{JetStream: newJS(t, ns), Specs: []Spec{spec}, Segments: &countingSource{next: start}})
+		if i == 1 {
+			s.cfg.Poll = 3 * time.Millisecond // out of step with the first
+		}
+		runStream(t, s)
+		streams = append(streams, s)
+	}
+	js := newJS(t, ns)
+	waitCount(t, js, "leaf.pool.segment.orders", 3)
+	c := mustConsumer(t, js, bus.SegmentKind, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	const taken = 60
+	for i := 0; i < taken; i++ {
+		if _, err := c.Next(ctx); err != nil {
+			t.Fatalf("Next #%d: %v", i, err)
+		}
+		if n := subjectCount(t, js, "leaf.pool.segment.orders"); n > spec.Depth {
+			t.Fatalf("after %d batches taken the pool holds %d messages, over its depth %d", i+1, n, spec.Depth)
+		}
+	}
+	waitCount(t, js, "leaf.pool.segment.orders", 3)
+	// Let both feeders see the full pool, then compare what they stored with what is left.
+	time.Sleep(50 * time.Millisecond)
+	var published uint64
+	for _, s := range streams {
+		published += s.Stats()[0].Published
+	}
+	if want := uint64(taken + spec.Depth); published != want {
+		t.Errorf("feeders stored %d batches (%+v, %+v), want %d taken + %d ready = %d",
+			published, streams[0].Stats()[0], streams[1].Stats()[0], taken, spec.Depth, want)
+	}
+	t.Logf("feeders: %+v; %+v", streams[0].Stats()[0], streams[1].Stats()[0])
+	if used := c.Stats().Used; used != taken {
+		t.Errorf("consumer used %d batches, want %d", used, taken)
+	}
+}
+
+// TestStreamPublishOnce: a retried publish of a batch the server already stored is
+// acknowledged as a duplicate and stored once; a batch whose outcome stayed unknown past
+// half the duplicate window is dropped, never published again.
+func TestStreamPublishOnce(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	js := newJS(t, ns)
+	spec := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 3, Depth: 5}
+	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: []Spec{spec}, Segments: &countingSource{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.ensure(ctx); err != nil {
+		t.Fatalf("ensure: %v", err)
+	}
+	p := s.pools[0]
+	b := &streamBatch{body: []byte("1\n2\n3"), msgID: "segment.orders.1"}
+	for i, want := range []pubResult{pubStored, pubDuplicate, pubDuplicate} {
+		// As after a publish that timed out: the feeder does not know it was stored.
+		b.unsureSince = time.Now()
+		got, err := s.publish(ctx, p, b)
+		if err != nil || got != want {
+			t.Fatalf("publish #%d: got %v, %v; want %v", i, got, err, want)
+		}
+	}
+	if n := subjectCount(t, js, p.subject); n != 1 {
+		t.Fatalf("subject holds %d messages after three publishes of one batch, want 1", n)
+	}
+	stale := &streamBatch{body: []byte("4\n5\n6"), msgID: "segment.orders.4", unsureSince: time.Now().Add(-DuplicateWindow / 2)}
+	if got, err := s.publish(ctx, p, stale); err != nil || got != pubDropped {
+		t.Fatalf("publish of a batch unsure for half the window: got %v, %v; want pubDropped", got, err)
+	}
+	if n := subjectCount(t, js, p.subject); n != 1 {
+		t.Fatalf("subject holds %d messages after the stale batch, want 1", n)
+	}
+}
+
+// TestStreamETL is the scenario: two dispensers (two Streams, each with its own
+// segment.Generator on one store) top up a pool of 10,000-ID batches while three jobs
+// drain a million IDs. A fourth job takes a batch and dies before acking it: that batch
+// comes back and is used by exactly one other job; every ID is used at most once.
+func TestStreamETL(t *testing.T) {
+	const (
+		size  = 10_000
+		total = 1_000_000
+		jobs  = 3
+	)
+	ns := testenv.StartNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	store := segment.NewInmemStore()
+	if _, err := store.AddTag(ctx, segment.Tag{Name: "etl", MaxID: 1, Step: 100_000}); err != nil {
+		t.Fatalf("AddTag: %v", err)
+	}
+	spec := Spec{Kind: bus.SegmentKind, Tag: "etl", Size: size, Depth: 4}
+	for i := 0; i < 2; i++ {
+		segCfg := segment.DefaultConfig()
+		segCfg.Store = store
+		gen, err := segment.New(segCfg)
+		if err != nil {
+			t.Fatalf("segment.New: %v", err)
+		}
+		gctx, gcancel := context.WithCancel(context.Background())
+		gdone := make(chan struct{})
+		go func() { defer close(gdone); gen.Run(gctx) }()
+		t.Cleanup(func() {
+			gcancel()
+			select {
+			case <-gdone:
+			case <-time.After(10 * time.Second):
+				t.Errorf("segment generator %d did not stop within 10s", i)
+			}
+		})
+		select {
+		case <-gen.Ready():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("segment generator %d not ready within 5s", i)
+		}
+		// Registered after the generator's cleanup, so it stops first.
+		runStream(t, mustNewStream(t, StreamConfig{JetStream: newJS(t, ns), Specs: []Spec{spec}, Segments: gen}))
+	}
+
+	var (
+		mu      sync.Mutex
+		batches [][]int64 // every batch a job used
+		usedIDs atomic.Int64
+		held    []int64 // the batch the killed job held
+		wg      sync.WaitGroup
+		errs    = make(chan error, jobs)
+	)
+	waitCount(t, newJS(t, ns), "leaf.pool.segment.etl", spec.Depth)
+	jctx, jcancel := context.WithCancel(ctx)
+	defer jcancel()
+	sawHeld := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if held == nil {
+			return false
+		}
+		for _, b := range batches {
+			if b[0] == held[0] {
+				return true
+			}
+		}
+		return false
+	}
+	for j := 0; j < jobs; j++ {
+		c := mustConsumer(t, newJS(t, ns), bus.SegmentKind, "etl")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ids, err := c.Next(jctx)
+				if err != nil {
+					if jctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				if len(ids) != size {
+					errs <- errors.New("a batch of the wrong size")
+					return
+				}
+				mu.Lock()
+				batches = append(batches, ids)
+				mu.Unlock()
+				if usedIDs.Add(size) >= total && sawHeld() {
+					jcancel()
+				}
+			}
+		}()
+	}
+
+	// The job that dies: it receives a batch once the others are under way, and its
+	// connection closes before it acks.
+	deadline := time.After(30 * time.Second)
+	for usedIDs.Load() < total/4 {
+		select {
+		case <-deadline:
+			t.Fatalf("jobs used %d IDs in 30s, want %d before the kill", usedIDs.Load(), total/4)
+		case err := <-errs:
+			t.Fatalf("job: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	func() {
+		nc, err := nats.Connect(ns.URL())
+		if err != nil {
+			t.Fatalf("connect the doomed job: %v", err)
+		}
+		defer nc.Close() // the job dies here, its batch unacked
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatalf("jetstream.New: %v", err)
+		}
+		cons, err := js.Consumer(ctx, "LEAF_POOL", "segment_etl")
+		if err != nil {
+			t.Fatalf("doomed job: consumer: %v", err)
+		}
+		mb, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatalf("doomed job: fetch: %v", err)
+		}
+		for m := range mb.Messages() {
+			ids, err := parseBatch(m.Data())
+			if err != nil {
+				t.Fatalf("doomed job: %v", err)
+			}
+			mu.Lock()
+			held = ids
+			mu.Unlock()
+		}
+		if held == nil {
+			t.Fatalf("doomed job received no batch: %v", mb.Error())
+		}
+	}()
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case err := <-errs:
+		t.Fatalf("job: %v", err)
+	case <-time.After(45 * time.Second):
+		jcancel()
+		t.Fatalf("jobs did not drain %d IDs and the killed job's batch within 45s (used %d, saw held batch %v)", total, usedIDs.Load(), sawHeld())
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("job: %v", err)
+	default:
+	}
+
+	var all []int64
+	heldUses := 0
+	for _, b := range batches {
+		if !slices.IsSorted(b) {
+			t.Fatalf("a batch is not increasing")
+		}
+		if b[0] == held[0] {
+			heldUses++
+			if !slices.Equal(b, held) {
+				t.Fatalf("the redelivered batch differs from the one the killed job held")
+			}
+		}
+		all = append(all, b...)
+	}
+	if heldUses != 1 {
+		t.Errorf("the killed job's batch was used %d times, want exactly once", heldUses)
+	}
+	if len(all) < total {
+		t.Errorf("jobs used %d IDs, want at least %d", len(all), total)
+	}
+	slices.Sort(all)
+	for i := 1; i < len(all); i++ {
+		if all[i] == all[i-1] {
+			t.Fatalf("ID %d used twice", all[i])
+		}
+	}
+	t.Logf("%d batches, %d IDs used by %d jobs, all unique; the killed job's batch used once", len(batches), len(all), jobs)
+}
+
+// TestStreamReplicated: on a 3-node cluster with an R3 stream (--kv-replicas 3), two
+// dispensers connected to different nodes keep the pool at its depth and never past it
+// (replicated streams report publish conflicts with their own error code).
+func TestStreamReplicated(t *testing.T) {
+	cl := testenv.StartNATSCluster(t, 3)
+	spec := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 10, Depth: 3}
+	var streams []*Stream
+	for i, start := range []int64{0, 1 << 40} {
+		nc := cl.Nodes[i].Connect(t)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatalf("jetstream.New: %v", err)
+		}
+		s := mustNewStream(t, StreamConfig{JetStream: js, Specs: []Spec{spec}, Segments: &countingSource{next: start}, Replicas: 3,
+			// A new cluster may take a while to answer its first stream create: retry sooner.
+			PublishTimeout: time.Second})
+		runStream(t, s)
+		streams = append(streams, s)
+	}
+	js, err := jetstream.New(cl.Nodes[2].Connect(t))
+	if err != nil {
+		t.Fatalf("jetstream.New: %v", err)
+	}
+	waitCount(t, js, "leaf.pool.segment.orders", 3)
+	c := mustConsumer(t, js, bus.SegmentKind, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	const taken = 20
+	seen := make(map[int64]bool)
+	for i := 0; i < taken; i++ {
+		ids, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next #%d: %v", i, err)
+		}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("ID %d used twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	waitCount(t, js, "leaf.pool.segment.orders", 3)
+	time.Sleep(50 * time.Millisecond)
+	var published uint64
+	for _, s := range streams {
+		published += s.Stats()[0].Published
+	}
+	if want := uint64(taken + spec.Depth); published != want {
+		t.Errorf("feeders stored %d batches (%+v, %+v), want %d", published, streams[0].Stats()[0], streams[1].Stats()[0], want)
+	}
+	t.Logf("feeders: %+v; %+v", streams[0].Stats()[0], streams[1].Stats()[0])
+	st, err := js.Stream(ctx, "LEAF_POOL")
+	if err != nil {
+		t.Fatalf("js.Stream: %v", err)
+	}
+	if r := st.CachedInfo().Config.Replicas; r != 3 {
+		t.Errorf("stream replicas %d, want 3", r)
+	}
+}
