@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/pools"
 )
 
 // TestConcurrentClientsNoDuplicate: 8 clients, each with its own connection, take 50k
@@ -241,8 +243,9 @@ func TestBinarySignalDrain(t *testing.T) {
 
 // TestPoolsNoDuplicate runs the dispenser with --pool for both kinds: clients mix requests
 // of the pools' size (answered from ready batches) with singles and other sizes (the
-// normal path), in text and binary; every ID of a kind is unique, every reply strictly
-// increasing, and the stats show that the pools did answer.
+// normal path), in text and binary, then a bulk job takes batches from LEAF_POOL; every
+// ID of a kind is unique, every batch strictly increasing, and the stats show that the
+// pools did answer.
 func TestPoolsNoDuplicate(t *testing.T) {
 	const clients, perClient, size = 4, 20_000, 50
 	d := startDispenser(t, func(m *Main) {
@@ -305,7 +308,37 @@ func TestPoolsNoDuplicate(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	// The same pools feed LEAF_POOL for bulk jobs: batches fetched there are of the
+	// pool's size and overlap nothing served over request/reply.
 	nc := d.connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		kind bus.Kind
+		tag  string
+	}{{bus.SegmentKind, sampleTag}, {bus.SnowflakeKind, "pooled"}} {
+		c, err := pools.NewConsumer(ctx, js, "leaf", p.kind, p.tag)
+		if err != nil {
+			t.Fatalf("consumer of the %v pool: %v", p.kind, err)
+		}
+		for range 3 {
+			batch, err := c.Next(ctx)
+			if err != nil {
+				t.Fatalf("%v batch from LEAF_POOL: %v", p.kind, err)
+			}
+			if len(batch) != size {
+				t.Fatalf("%v batch from LEAF_POOL has %d IDs, want %d", p.kind, len(batch), size)
+			}
+			for i, id := range batch {
+				if (i > 0 && id <= batch[i-1]) || seen[p.kind][id] {
+					t.Fatalf("%v batch from LEAF_POOL repeats or is out of order at %d: %v", p.kind, i, batch)
+				}
+				seen[p.kind][id] = true
+			}
+		}
+	}
 	msg, err := nc.Request("$SRV.STATS.leaf", nil, 5*time.Second)
 	if err != nil {
 		t.Fatalf("$SRV.STATS.leaf: %v", err)

@@ -233,12 +233,25 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if len(cfg.Pools) > 0 {
 		svcCfg.Batches = batches
 	}
+	// The same pools, kept in the JetStream stream for bulk (ETL) jobs.
+	poolStream, err := pools.NewStream(pools.StreamConfig{
+		JetStream:  js,
+		Prefix:     cfg.Prefix,
+		Specs:      cfg.Pools,
+		Segments:   segments,
+		Snowflakes: snowflakes,
+		Replicas:   cfg.KVReplicas,
+		Logger:     logger.With("component", "pool-stream"),
+	})
+	if err != nil {
+		return err
+	}
 	svcCfg.Stats = func(endpoint string) any {
 		switch endpoint {
 		case "segment":
-			return map[string]any{"tags": segments.Stats(), "pools": poolStats(batches, bus.SegmentKind)}
+			return map[string]any{"tags": segments.Stats(), "pools": ofKind(batches.Stats(), bus.SegmentKind, poolKind), "pool_stream": ofKind(poolStream.Stats(), bus.SegmentKind, streamKind)}
 		case "snowflake":
-			return map[string]any{"generator": generatorStats(snowflakes.Stats()), "clock": heartbeat.Stats(), "pools": poolStats(batches, bus.SnowflakeKind)}
+			return map[string]any{"generator": generatorStats(snowflakes.Stats()), "clock": heartbeat.Stats(), "pools": ofKind(batches.Stats(), bus.SnowflakeKind, poolKind), "pool_stream": ofKind(poolStream.Stats(), bus.SnowflakeKind, streamKind)}
 		}
 		return nil
 	}
@@ -295,6 +308,26 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			}
 			// With no pools Run returns at once; an actor that returns stops the group.
 			<-ctx.Done()
+			return nil
+		}, func(error) {
+			cancel()
+			<-done
+		})
+	}
+	{
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		g.Add(func() error {
+			defer close(done)
+			select {
+			case <-segments.Ready():
+			case <-ctx.Done():
+				return nil
+			}
+			if err := poolStream.Run(ctx); err != nil {
+				return err
+			}
+			<-ctx.Done() // as above: no pools, no feeders
 			return nil
 		}, func(error) {
 			cancel()
@@ -364,11 +397,14 @@ func generatorStats(s snowflake.Stats) map[string]any {
 	}
 }
 
-// poolStats lists the pools of one kind for $SRV.STATS (an empty list when none).
-func poolStats(b *pools.Batches, kind bus.Kind) []pools.PoolStats {
-	out := []pools.PoolStats{}
-	for _, s := range b.Stats() {
-		if s.Kind == kind.String() {
+func poolKind(s pools.PoolStats) string     { return s.Kind }
+func streamKind(s pools.StreamStats) string { return s.Kind }
+
+// ofKind keeps the pool stats of one kind for $SRV.STATS (an empty list when none).
+func ofKind[S any](all []S, kind bus.Kind, kindOf func(S) string) []S {
+	out := []S{}
+	for _, s := range all {
+		if kindOf(s) == kind.String() {
 			out = append(out, s)
 		}
 	}
