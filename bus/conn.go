@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,6 +70,18 @@ func (c ConnConfig) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("--tls-cert %q and --tls-key %q go together", c.TLSCert, c.TLSKey)
 	}
+	// A missing file is found now, naming its flag, not at the first connect.
+	for _, f := range []struct{ flag, path string }{
+		{"--nkey", c.NKeySeedFile}, {"--creds", c.CredsFile},
+		{"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
 	return nil
 }
 
@@ -80,24 +95,43 @@ func (c ConnConfig) Options(logger *slog.Logger) ([]nats.Option, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// The server last connected to, for the disconnect line: once the connection is
+	// down, nats.go no longer says which server it was.
+	var server atomic.Pointer[string]
+	noteServer := func(nc *nats.Conn) {
+		u := nc.ConnectedUrlRedacted()
+		server.Store(&u)
+	}
+	lastServer := func() string {
+		if u := server.Load(); u != nil {
+			return *u
+		}
+		return ""
+	}
 	opts := []nats.Option{
 		nats.Name(c.Name),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(false),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		// Reconnect forever means also after a server refused the credentials (they
+		// may be fixed on the server); nats.go gives up after two refusals otherwise.
+		nats.IgnoreAuthErrorAbort(),
+		// With a custom delay nats.go ignores ReconnectWait and ReconnectJitter: the
+		// jitter is here, so that dispensers do not all retry in step after a restart.
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
-			// 250 ms, doubling, at most 5 s: quick after a blip, gentle during an outage.
-			d := 250 * time.Millisecond << min(attempts, 5)
-			return min(d, 5*time.Second)
+			// 250 ms, doubling, at most 5 s, plus up to half again at random: quick after
+			// a blip, gentle during an outage.
+			d := min(250*time.Millisecond<<min(max(attempts-1, 0), 5), 5*time.Second)
+			return d + rand.N(d/2)
 		}),
+		nats.ConnectHandler(noteServer),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil { // nil: a deliberate Close, not news
-				logger.Warn("NATS disconnected", "server", nc.ConnectedUrlRedacted(), "err", err)
+				logger.Warn("NATS disconnected", "server", lastServer(), "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			noteServer(nc)
+			logger.Info("NATS reconnected", "server", lastServer())
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			logger.Info("NATS connection closed")
