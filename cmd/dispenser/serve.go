@@ -281,86 +281,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			}
 		})
 	}
-	{
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		g.Add(func() error {
-			defer close(done)
-			return segments.Run(ctx)
-		}, func(error) {
-			cancel()
-			<-done
-		})
-	}
-	{
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		g.Add(func() error {
-			defer close(done)
-			// Segment pools fill once the tag list is in; before, every fill would fail.
-			select {
-			case <-segments.Ready():
-			case <-ctx.Done():
-				return nil
-			}
-			if err := batches.Run(ctx); err != nil {
-				return err
-			}
-			// With no pools Run returns at once; an actor that returns stops the group.
-			<-ctx.Done()
-			return nil
-		}, func(error) {
-			cancel()
-			<-done
-		})
-	}
-	{
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		g.Add(func() error {
-			defer close(done)
-			select {
-			case <-segments.Ready():
-			case <-ctx.Done():
-				return nil
-			}
-			if err := poolStream.Run(ctx); err != nil {
-				return err
-			}
-			<-ctx.Done() // as above: no pools, no feeders
-			return nil
-		}, func(error) {
-			cancel()
-			<-done
-		})
-	}
-	{
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		g.Add(func() error {
-			defer close(done)
-			return heartbeat.Run(ctx)
-		}, func(error) {
-			cancel()
-			<-done
-		})
-	}
-	{
-		ctx, cancel := context.WithCancel(context.Background())
-		g.Add(func() error {
-			return timeResponder.Run(ctx)
-		}, func(error) {
-			cancel()
-		})
-	}
-	{
-		ctx, cancel := context.WithCancel(context.Background())
-		g.Add(func() error {
-			return m.announce(ctx, segments, logger)
-		}, func(error) {
-			cancel()
-		})
-	}
+	addLoop(&g, "segment loader", segments.Run)
+	// The pools fill once the tag list is in; before, every segment fill would fail.
+	addLoop(&g, "batch pools", afterReady(segments.Ready(), batches.Run))
+	addLoop(&g, "pool stream", afterReady(segments.Ready(), poolStream.Run))
+	addLoop(&g, "heartbeat", heartbeat.Run)
+	addLoop(&g, "time responder", timeResponder.Run)
+	addLoop(&g, "announcer", func(ctx context.Context) error { return m.announce(ctx, segments, logger) })
 	{
 		stop := make(chan struct{})
 		g.Add(func() error {
@@ -384,6 +311,45 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return nil
 	}
 	return err
+}
+
+// addLoop adds a background loop to g, stopped by cancelling its context; the interrupt
+// returns once the loop has. A loop that ends by itself stops the dispenser with an
+// error that names it, never a silent clean exit.
+func addLoop(g *run.Group, name string, loop func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	g.Add(func() error {
+		defer close(done)
+		err := loop(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped by itself")
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}, func(error) {
+		cancel()
+		<-done
+	})
+}
+
+// afterReady runs loop once ready is closed and keeps running until ctx ends, also when
+// loop returns at once (pools with nothing configured).
+func afterReady(ready <-chan struct{}, loop func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil
+		}
+		if err := loop(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	}
 }
 
 // generatorStats shows the snowflake generator in $SRV.STATS: how far its clock is
