@@ -32,6 +32,14 @@ type borrowReporter interface {
 	Stats() snowflake.Stats
 }
 
+// borrowed is how far sf has borrowed ahead of the clock, or 0 when it cannot tell.
+func borrowed(sf SnowflakeSource) time.Duration {
+	if r, ok := sf.(borrowReporter); ok {
+		return r.Stats().Borrowed
+	}
+	return 0
+}
+
 // ErrInvalidPool is returned by New when a pool's spec is out of range, a kind and tag
 // is configured twice, or a pool's kind has no source.
 var ErrInvalidPool = errors.New("invalid pool configuration")
@@ -422,10 +430,7 @@ type PoolStats struct {
 
 // Stats returns a snapshot of every pool, in the order of Config.Specs.
 func (b *Batches) Stats() []PoolStats {
-	var borrowed time.Duration
-	if r, ok := b.sf.(borrowReporter); ok {
-		borrowed = r.Stats().Borrowed
-	}
+	borrowed := borrowed(b.sf)
 	out := make([]PoolStats, 0, len(b.order))
 	for _, p := range b.order {
 		s := PoolStats{

@@ -499,10 +499,7 @@ type StreamStats struct {
 
 // Stats returns a snapshot of every pool, in the order of StreamConfig.Specs.
 func (s *Stream) Stats() []StreamStats {
-	var borrowed time.Duration
-	if r, ok := s.sf.(borrowReporter); ok {
-		borrowed = r.Stats().Borrowed
-	}
+	borrowed := borrowed(s.sf)
 	out := make([]StreamStats, 0, len(s.pools))
 	for _, p := range s.pools {
 		st := StreamStats{
