@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // SegmentSource hands out segment IDs (segment.Generator). Fill may wait for the store;
@@ -65,7 +65,7 @@ type Config struct {
 }
 
 // Batches keeps pre-filled replies per (kind, tag) and hands each one out once: it is
-// the bus.Batches of the service. A request is answered from a pool only when it asks
+// the service.Batches of package service. A request is answered from a pool only when it asks
 // for exactly the pool's Size IDs; any other count (and any kind and tag without a
 // pool) gets ok=false and goes the service's normal path.
 //
@@ -108,7 +108,7 @@ type Batches struct {
 }
 
 type poolKey struct {
-	kind bus.Kind
+	kind wire.Kind
 	tag  string
 }
 
@@ -154,9 +154,9 @@ func New(cfg Config) (*Batches, error) {
 			return nil, err
 		}
 		switch {
-		case sp.Kind == bus.SegmentKind && cfg.Segments == nil:
+		case sp.Kind == wire.Segment && cfg.Segments == nil:
 			return nil, fmt.Errorf("%w: pool %s: no segment source", ErrInvalidPool, sp)
-		case sp.Kind == bus.SnowflakeKind && cfg.Snowflakes == nil:
+		case sp.Kind == wire.Snowflake && cfg.Snowflakes == nil:
 			return nil, fmt.Errorf("%w: pool %s: no snowflake source", ErrInvalidPool, sp)
 		}
 		k := poolKey{sp.Kind, sp.Tag}
@@ -178,7 +178,7 @@ func New(cfg Config) (*Batches, error) {
 
 // checkSpec repeats ParseSpec's range checks for specs built in code.
 func checkSpec(sp Spec) error {
-	if sp.Kind != bus.SegmentKind && sp.Kind != bus.SnowflakeKind {
+	if sp.Kind != wire.Segment && sp.Kind != wire.Snowflake {
 		return fmt.Errorf("%w: pool %s: unknown kind %d", ErrInvalidPool, sp, sp.Kind)
 	}
 	if _, err := ParseSpec(sp.String()); err != nil {
@@ -190,12 +190,12 @@ func checkSpec(sp Spec) error {
 // Take hands over a ready reply of n IDs of kind and tag in enc, or ok=false when the
 // pool is empty, n is not its Size, or there is no such pool. It never waits and does
 // not allocate; the reply is the caller's from then on and the pool forgets it.
-func (b *Batches) Take(kind bus.Kind, tag string, n int, enc bus.Encoding) (reply []byte, ok bool) {
+func (b *Batches) Take(kind wire.Kind, tag string, n int, enc wire.Encoding) (reply []byte, ok bool) {
 	p := b.pools[poolKey{kind, tag}]
 	if p == nil || n != p.spec.Size {
 		return nil, false
 	}
-	if enc == bus.Text {
+	if enc == wire.Text {
 		p.textAsks.Add(1)
 	}
 	var batch []byte
@@ -207,7 +207,7 @@ func (b *Batches) Take(kind bus.Kind, tag string, n int, enc bus.Encoding) (repl
 		return nil, false
 	}
 	p.poke()
-	if enc == bus.Binary {
+	if enc == wire.Binary {
 		p.taken.Add(1)
 		return batch[:p.binLen:p.binLen], true
 	}
@@ -343,18 +343,18 @@ func (b *Batches) fill(ctx context.Context, p *pool) {
 // of exactly the size needed. text is scratch space, returned for reuse.
 func prepare(ids []int64, text []byte, withText bool) (batch, scratch []byte) {
 	if !withText {
-		return bus.AppendIDs(make([]byte, 0, 8*len(ids)), ids, bus.Binary), text
+		return wire.AppendIDs(make([]byte, 0, 8*len(ids)), ids, wire.Binary), text
 	}
-	text = bus.AppendIDs(text[:0], ids, bus.Text)
+	text = wire.AppendIDs(text[:0], ids, wire.Text)
 	batch = make([]byte, 0, 8*len(ids)+len(text))
-	batch = bus.AppendIDs(batch, ids, bus.Binary)
+	batch = wire.AppendIDs(batch, ids, wire.Binary)
 	return append(batch, text...), text
 }
 
 // source fills ids from the pool's generator.
 func (b *Batches) source(ctx context.Context, p *pool, ids []int64) error {
 	var err error
-	if p.spec.Kind == bus.SnowflakeKind {
+	if p.spec.Kind == wire.Snowflake {
 		err = b.sf.Fill(ids)
 	} else {
 		err = b.cfg.Segments.Fill(ctx, p.spec.Tag, ids)
@@ -450,12 +450,10 @@ func (b *Batches) Stats() []PoolStats {
 		if e := p.lastError.Load(); e != nil {
 			s.LastError = *e
 		}
-		if p.spec.Kind == bus.SnowflakeKind {
+		if p.spec.Kind == wire.Snowflake {
 			s.Borrowed = borrowed
 		}
 		out = append(out, s)
 	}
 	return out
 }
-
-var _ bus.Batches = (*Batches)(nil)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // countingSource is a fake of both sources: consecutive IDs from 1, and an error
@@ -116,7 +116,7 @@ func mustNew(tb testing.TB, cfg Config) *Batches {
 }
 
 // decodeReply reads a reply in enc and checks it holds n strictly increasing IDs.
-func decodeReply(tb testing.TB, reply []byte, enc bus.Encoding, n int) []int64 {
+func decodeReply(tb testing.TB, reply []byte, enc wire.Encoding, n int) []int64 {
 	tb.Helper()
 	ids, err := parseReply(reply, enc, n)
 	if err != nil {
@@ -126,9 +126,9 @@ func decodeReply(tb testing.TB, reply []byte, enc bus.Encoding, n int) []int64 {
 }
 
 // parseReply is decodeReply for goroutines other than the test's.
-func parseReply(reply []byte, enc bus.Encoding, n int) ([]int64, error) {
+func parseReply(reply []byte, enc wire.Encoding, n int) ([]int64, error) {
 	var ids []int64
-	if enc == bus.Binary {
+	if enc == wire.Binary {
 		if len(reply) != 8*n {
 			return nil, fmt.Errorf("binary reply of %d bytes, want %d", len(reply), 8*n)
 		}
@@ -163,17 +163,17 @@ func TestNew(t *testing.T) {
 		cfg     Config
 		wantErr error
 	}{
-		{"OK", Config{Specs: []Spec{{bus.SegmentKind, "a", 10, 2}, {bus.SnowflakeKind, "a", 10, 2}}, Segments: seg, Snowflakes: sf}, nil},
+		{"OK", Config{Specs: []Spec{{wire.Segment, "a", 10, 2}, {wire.Snowflake, "a", 10, 2}}, Segments: seg, Snowflakes: sf}, nil},
 		{"OK/NoPools", Config{}, nil},
-		{"ErrInvalidPool/NoSegmentSource", Config{Specs: []Spec{{bus.SegmentKind, "a", 10, 2}}, Snowflakes: sf}, ErrInvalidPool},
-		{"ErrInvalidPool/NoSnowflakeSource", Config{Specs: []Spec{{bus.SnowflakeKind, "a", 10, 2}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/Duplicate", Config{Specs: []Spec{{bus.SegmentKind, "a", 10, 2}, {bus.SegmentKind, "a", 5, 1}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/SizeZero", Config{Specs: []Spec{{bus.SegmentKind, "a", 0, 2}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/SizeOverLimit", Config{Specs: []Spec{{bus.SegmentKind, "a", bus.MaxBatchLimit + 1, 2}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/DepthZero", Config{Specs: []Spec{{bus.SegmentKind, "a", 10, 0}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/DepthOverMax", Config{Specs: []Spec{{bus.SegmentKind, "a", 10, MaxDepth + 1}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/BadTag", Config{Specs: []Spec{{bus.SegmentKind, "a b", 10, 2}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/BadKind", Config{Specs: []Spec{{bus.Kind(7), "a", 10, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/NoSegmentSource", Config{Specs: []Spec{{wire.Segment, "a", 10, 2}}, Snowflakes: sf}, ErrInvalidPool},
+		{"ErrInvalidPool/NoSnowflakeSource", Config{Specs: []Spec{{wire.Snowflake, "a", 10, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/Duplicate", Config{Specs: []Spec{{wire.Segment, "a", 10, 2}, {wire.Segment, "a", 5, 1}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/SizeZero", Config{Specs: []Spec{{wire.Segment, "a", 0, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/SizeOverLimit", Config{Specs: []Spec{{wire.Segment, "a", wire.MaxBatchLimit + 1, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/DepthZero", Config{Specs: []Spec{{wire.Segment, "a", 10, 0}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/DepthOverMax", Config{Specs: []Spec{{wire.Segment, "a", 10, MaxDepth + 1}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/BadTag", Config{Specs: []Spec{{wire.Segment, "a b", 10, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/BadKind", Config{Specs: []Spec{{wire.Kind(7), "a", 10, 2}}, Segments: seg}, ErrInvalidPool},
 		{"ErrInvalidPool/NegativeIdle", Config{IdleAfter: -time.Second}, ErrInvalidPool},
 	}
 	for _, tt := range tests {
@@ -193,8 +193,8 @@ func TestNew(t *testing.T) {
 // asked for, once, and declines what is not the pool's shape.
 func TestTake(t *testing.T) {
 	src := &countingSource{}
-	b := mustNew(t, Config{Specs: []Spec{{bus.SegmentKind, "orders", 5, 3}}, Segments: src})
-	if _, ok := b.Take(bus.SegmentKind, "orders", 5, bus.Text); ok {
+	b := mustNew(t, Config{Specs: []Spec{{wire.Segment, "orders", 5, 3}}, Segments: src})
+	if _, ok := b.Take(wire.Segment, "orders", 5, wire.Text); ok {
 		t.Fatalf("Take before Run: ok=true, want false (nothing filled yet)")
 	}
 	runBatches(t, b)
@@ -202,36 +202,36 @@ func TestTake(t *testing.T) {
 
 	declined := []struct {
 		name string
-		kind bus.Kind
+		kind wire.Kind
 		tag  string
 		n    int
 	}{
-		{"OtherSize", bus.SegmentKind, "orders", 4},
-		{"OtherTag", bus.SegmentKind, "users", 5},
-		{"OtherKind", bus.SnowflakeKind, "orders", 5},
-		{"One", bus.SegmentKind, "orders", 1},
+		{"OtherSize", wire.Segment, "orders", 4},
+		{"OtherTag", wire.Segment, "users", 5},
+		{"OtherKind", wire.Snowflake, "orders", 5},
+		{"One", wire.Segment, "orders", 1},
 	}
 	for _, d := range declined {
-		if reply, ok := b.Take(d.kind, d.tag, d.n, bus.Text); ok {
+		if reply, ok := b.Take(d.kind, d.tag, d.n, wire.Text); ok {
 			t.Errorf("%s: Take(%v, %q, %d) = %q, true; want false", d.name, d.kind, d.tag, d.n, reply)
 		}
 	}
 
 	// The first batches were filled in order: 1..5, then 6..10, then 11..15.
 	tests := []struct {
-		enc  bus.Encoding
+		enc  wire.Encoding
 		want []byte
 	}{
-		{bus.Text, []byte("1\n2\n3\n4\n5")},
-		{bus.Binary, []byte{0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10}},
-		{bus.Text, []byte("11\n12\n13\n14\n15")},
+		{wire.Text, []byte("1\n2\n3\n4\n5")},
+		{wire.Binary, []byte{0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 10}},
+		{wire.Text, []byte("11\n12\n13\n14\n15")},
 	}
 	for i, tt := range tests {
-		got, ok := b.Take(bus.SegmentKind, "orders", 5, tt.enc)
+		got, ok := b.Take(wire.Segment, "orders", 5, tt.enc)
 		if !ok || string(got) != string(tt.want) {
 			t.Fatalf("Take #%d (%v) = %q, %v; want %q, true", i, tt.enc, got, ok, tt.want)
 		}
-		if cap(got) != len(got) && tt.enc == bus.Binary {
+		if cap(got) != len(got) && tt.enc == wire.Binary {
 			t.Fatalf("Take #%d binary reply has cap %d > len %d: appending would overwrite the text", i, cap(got), len(got))
 		}
 	}
@@ -240,7 +240,7 @@ func TestTake(t *testing.T) {
 		t.Fatalf("Stats().Filled = %d, want 6 (3 taken + 3 ready)", s.Filled)
 	}
 	// The refills continue after 15: nothing handed out is ever prepared again.
-	got, ok := b.Take(bus.SegmentKind, "orders", 5, bus.Text)
+	got, ok := b.Take(wire.Segment, "orders", 5, wire.Text)
 	if !ok || string(got) != "16\n17\n18\n19\n20" {
 		t.Fatalf("Take after refill = %q, %v; want \"16\\n17\\n18\\n19\\n20\", true", got, ok)
 	}
@@ -253,7 +253,7 @@ func TestTakeConcurrent(t *testing.T) {
 	src := &countingSource{}
 	sf := snowflakeFake{&countingSource{next: 1 << 40}}
 	b := mustNew(t, Config{
-		Specs:      []Spec{{bus.SegmentKind, "orders", size, 8}, {bus.SnowflakeKind, "orders", size, 8}},
+		Specs:      []Spec{{wire.Segment, "orders", size, 8}, {wire.Snowflake, "orders", size, 8}},
 		Segments:   src,
 		Snowflakes: sf,
 		FillPause:  time.Microsecond,
@@ -272,8 +272,8 @@ func TestTakeConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			kind := bus.Kind(g % 2)
-			enc := bus.Encoding(g / 2 % 2)
+			kind := wire.Kind(g % 2)
+			enc := wire.Encoding(g / 2 % 2)
 			for time.Now().Before(deadline) {
 				mu.Lock()
 				done := total >= want
@@ -325,7 +325,7 @@ func TestTakeConcurrent(t *testing.T) {
 func TestAdaptive(t *testing.T) {
 	src := &countingSource{}
 	b := mustNew(t, Config{
-		Specs:     []Spec{{bus.SegmentKind, "orders", 10, 16}},
+		Specs:     []Spec{{wire.Segment, "orders", 10, 16}},
 		Segments:  src,
 		IdleAfter: 20 * time.Millisecond,
 	})
@@ -337,7 +337,7 @@ func TestAdaptive(t *testing.T) {
 	// Drain it faster than it refills: each empty Take raises the target.
 	deadline := time.After(5 * time.Second)
 	for b.Stats()[0].Target < 16 {
-		b.Take(bus.SegmentKind, "orders", 10, bus.Binary)
+		b.Take(wire.Segment, "orders", 10, wire.Binary)
 		select {
 		case <-deadline:
 			t.Fatalf("target never rose back to the depth under demand: %+v", b.Stats()[0])
@@ -355,18 +355,18 @@ func TestAdaptive(t *testing.T) {
 func TestFillErrors(t *testing.T) {
 	errStore := errors.New("store down")
 	src := &countingSource{failWith: errStore}
-	b := mustNew(t, Config{Specs: []Spec{{bus.SegmentKind, "orders", 10, 4}}, Segments: src})
+	b := mustNew(t, Config{Specs: []Spec{{wire.Segment, "orders", 10, 4}}, Segments: src})
 	runBatches(t, b)
 	s := waitStats(t, b, 0, "fill errors counted", func(s PoolStats) bool { return s.FillErrors >= 2 })
 	if !strings.Contains(s.LastError, "store down") {
 		t.Fatalf("Stats().LastError = %q, want it to name the source's error", s.LastError)
 	}
-	if reply, ok := b.Take(bus.SegmentKind, "orders", 10, bus.Text); ok {
+	if reply, ok := b.Take(wire.Segment, "orders", 10, wire.Text); ok {
 		t.Fatalf("Take with a failing source = %q, true; want false", reply)
 	}
 	src.setFail(nil)
 	waitStats(t, b, 0, "refilled after the source recovered", func(s PoolStats) bool { return s.Ready == 4 })
-	if reply, ok := b.Take(bus.SegmentKind, "orders", 10, bus.Text); !ok {
+	if reply, ok := b.Take(wire.Segment, "orders", 10, wire.Text); !ok {
 		t.Fatalf("Take after recovery = %q, false; want a batch", reply)
 	}
 }
@@ -375,7 +375,7 @@ func TestFillErrors(t *testing.T) {
 // refuses a second call.
 func TestRun(t *testing.T) {
 	src := &countingSource{failWith: errors.New("down")}
-	b := mustNew(t, Config{Specs: []Spec{{bus.SegmentKind, "a", 10, 4}, {bus.SnowflakeKind, "a", 10, 4}}, Segments: src, Snowflakes: snowflakeFake{&countingSource{}}})
+	b := mustNew(t, Config{Specs: []Spec{{wire.Segment, "a", 10, 4}, {wire.Snowflake, "a", 10, 4}}, Segments: src, Snowflakes: snowflakeFake{&countingSource{}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
@@ -393,7 +393,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("Run did not return within 5s of cancel")
 	}
 	// Batches ready when the fillers stopped are still valid IDs and stay takeable.
-	if _, ok := b.Take(bus.SnowflakeKind, "a", 10, bus.Text); !ok {
+	if _, ok := b.Take(wire.Snowflake, "a", 10, wire.Text); !ok {
 		t.Fatalf("Take after Run returned: ok=false, want the batch still ready")
 	}
 }
@@ -407,7 +407,7 @@ func TestSnowflakeBorrowed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snowflake.New: %v", err)
 	}
-	b := mustNew(t, Config{Specs: []Spec{{bus.SnowflakeKind, "etl", 10000, 4}}, Snowflakes: gen})
+	b := mustNew(t, Config{Specs: []Spec{{wire.Snowflake, "etl", 10000, 4}}, Snowflakes: gen})
 	runBatches(t, b)
 	s := waitStats(t, b, 0, "4 ready", func(s PoolStats) bool { return s.Ready == 4 })
 	// 4 batches of 10000 at 4096 per millisecond need 10 milliseconds (9 borrowed).
@@ -416,11 +416,11 @@ func TestSnowflakeBorrowed(t *testing.T) {
 	}
 	seen := make(map[int64]bool, 40000)
 	for range 4 {
-		reply, ok := b.Take(bus.SnowflakeKind, "etl", 10000, bus.Binary)
+		reply, ok := b.Take(wire.Snowflake, "etl", 10000, wire.Binary)
 		if !ok {
 			t.Fatalf("Take: ok=false, want a batch")
 		}
-		for _, id := range decodeReply(t, reply, bus.Binary, 10000) {
+		for _, id := range decodeReply(t, reply, wire.Binary, 10000) {
 			if seen[id] {
 				t.Fatalf("ID %d twice", id)
 			}
@@ -431,17 +431,17 @@ func TestSnowflakeBorrowed(t *testing.T) {
 
 // TestTakeAllocs: Take allocates nothing, whether it finds a batch or not.
 func TestTakeAllocs(t *testing.T) {
-	b := mustNew(t, Config{Specs: []Spec{{bus.SegmentKind, "orders", 10, MaxDepth}}, Segments: &countingSource{}})
-	p := b.pools[poolKey{bus.SegmentKind, "orders"}]
+	b := mustNew(t, Config{Specs: []Spec{{wire.Segment, "orders", 10, MaxDepth}}, Segments: &countingSource{}})
+	p := b.pools[poolKey{wire.Segment, "orders"}]
 	batch, _ := prepare([]int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, nil, true)
 	for range MaxDepth {
 		p.ready <- batch
 	}
-	hit := testing.AllocsPerRun(1000, func() { b.Take(bus.SegmentKind, "orders", 10, bus.Text) })
+	hit := testing.AllocsPerRun(1000, func() { b.Take(wire.Segment, "orders", 10, wire.Text) })
 	for len(p.ready) > 0 {
 		<-p.ready
 	}
-	miss := testing.AllocsPerRun(1000, func() { b.Take(bus.SegmentKind, "orders", 10, bus.Text) })
+	miss := testing.AllocsPerRun(1000, func() { b.Take(wire.Segment, "orders", 10, wire.Text) })
 	if hit != 0 || miss != 0 {
 		t.Fatalf("Take allocates %v per call with a batch ready, %v without; want 0", hit, miss)
 	}
@@ -484,8 +484,8 @@ func BenchmarkPrepare(b *testing.B) {
 		name string
 		run  func(dst []byte) []byte
 	}{
-		{"Text", func(dst []byte) []byte { return bus.AppendIDs(dst[:0], ids, bus.Text) }},
-		{"Binary", func(dst []byte) []byte { return bus.AppendIDs(dst[:0], ids, bus.Binary) }},
+		{"Text", func(dst []byte) []byte { return wire.AppendIDs(dst[:0], ids, wire.Text) }},
+		{"Binary", func(dst []byte) []byte { return wire.AppendIDs(dst[:0], ids, wire.Binary) }},
 		{"Batch/BinaryOnly", func(dst []byte) []byte { batch, _ := prepare(ids, dst, false); return batch }},
 		{"Batch/Both", func(dst []byte) []byte { batch, _ := prepare(ids, dst, true); return batch }},
 	} {
@@ -502,8 +502,8 @@ func BenchmarkPrepare(b *testing.B) {
 
 // BenchmarkTake is the request path's cost of a pooled reply.
 func BenchmarkTake(b *testing.B) {
-	bt := mustNew(b, Config{Specs: []Spec{{bus.SegmentKind, "orders", 1000, MaxDepth}}, Segments: &countingSource{}})
-	p := bt.pools[poolKey{bus.SegmentKind, "orders"}]
+	bt := mustNew(b, Config{Specs: []Spec{{wire.Segment, "orders", 1000, MaxDepth}}, Segments: &countingSource{}})
+	p := bt.pools[poolKey{wire.Segment, "orders"}]
 	batch, _ := prepare(benchIDs(1000), nil, false)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -515,7 +515,7 @@ func BenchmarkTake(b *testing.B) {
 			}
 			b.StartTimer()
 		}
-		if _, ok := bt.Take(bus.SegmentKind, "orders", 1000, bus.Binary); !ok {
+		if _, ok := bt.Take(wire.Segment, "orders", 1000, wire.Binary); !ok {
 			b.Fatal("Take: ok=false")
 		}
 	}

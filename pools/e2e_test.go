@@ -7,16 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // e2eDispenser is a dispenser as cmd/dispenser wires it, minus the worker-ID and clock
 // machinery: a real segment.Generator on an in-memory store, a real snowflake.Generator,
-// pools in front of both, and a bus.Service on a real NATS server.
+// pools in front of both, and a service.Service on a real NATS server.
 type e2eDispenser struct {
 	nats    *testenv.NATS
 	batches *pools.Batches
@@ -75,11 +77,11 @@ func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
 	wg.Add(1)
 	go func() { defer wg.Done(); batches.Run(ctx) }()
 
-	cfg := bus.DefaultServiceConfig()
+	cfg := service.DefaultConfig()
 	cfg.Segments, cfg.Snowflakes, cfg.Batches = segs, sfs, batches
-	svc, err := bus.NewService(ns.Connect(tb), cfg)
+	svc, err := service.New(ns.Connect(tb), cfg)
 	if err != nil {
-		tb.Fatalf("bus.NewService: %v", err)
+		tb.Fatalf("service.New: %v", err)
 	}
 	tb.Cleanup(func() {
 		if err := svc.Stop(); err != nil {
@@ -89,11 +91,11 @@ func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
 	return &e2eDispenser{nats: ns, batches: batches}
 }
 
-func (d *e2eDispenser) client(tb testing.TB, enc bus.Encoding) *bus.Client {
+func (d *e2eDispenser) client(tb testing.TB, enc wire.Encoding) *client.Client {
 	tb.Helper()
-	c, err := bus.NewClient(d.nats.Connect(tb), bus.WithEncoding(enc), bus.WithTimeout(10*time.Second))
+	c, err := client.NewClient(d.nats.Connect(tb), client.WithEncoding(enc), client.WithTimeout(10*time.Second))
 	if err != nil {
-		tb.Fatalf("bus.NewClient: %v", err)
+		tb.Fatalf("client.NewClient: %v", err)
 	}
 	return c
 }
@@ -103,25 +105,25 @@ func (d *e2eDispenser) client(tb testing.TB, enc bus.Encoding) *bus.Client {
 // ID is unique (per tag for segment IDs, across tags for snowflake IDs), and every reply is strictly increasing (the client checks).
 func TestEndToEndUnique(t *testing.T) {
 	d := startE2E(t, []pools.Spec{
-		{Kind: bus.SegmentKind, Tag: "orders", Size: e2eSegSize, Depth: 16},
-		{Kind: bus.SnowflakeKind, Tag: "orders", Size: e2eSfSize, Depth: 16},
+		{Kind: wire.Segment, Tag: "orders", Size: e2eSegSize, Depth: 16},
+		{Kind: wire.Snowflake, Tag: "orders", Size: e2eSfSize, Depth: 16},
 	})
 	type call struct {
-		kind bus.Kind
+		kind wire.Kind
 		tag  string
 		n    int
 	}
 	calls := []call{
-		{bus.SegmentKind, "orders", 1},
-		{bus.SegmentKind, "orders", e2eSegSize},
-		{bus.SegmentKind, "orders", 37},
-		{bus.SegmentKind, "orders", e2eSegSize},
-		{bus.SegmentKind, "plain", e2eSegSize},
-		{bus.SnowflakeKind, "orders", 1},
-		{bus.SnowflakeKind, "orders", e2eSfSize},
-		{bus.SnowflakeKind, "orders", 5000}, // spans milliseconds
-		{bus.SnowflakeKind, "orders", e2eSfSize},
-		{bus.SnowflakeKind, "other", e2eSfSize},
+		{wire.Segment, "orders", 1},
+		{wire.Segment, "orders", e2eSegSize},
+		{wire.Segment, "orders", 37},
+		{wire.Segment, "orders", e2eSegSize},
+		{wire.Segment, "plain", e2eSegSize},
+		{wire.Snowflake, "orders", 1},
+		{wire.Snowflake, "orders", e2eSfSize},
+		{wire.Snowflake, "orders", 5000}, // spans milliseconds
+		{wire.Snowflake, "orders", e2eSfSize},
+		{wire.Snowflake, "other", e2eSfSize},
 	}
 	const clients, rounds = 12, 60
 	var (
@@ -134,7 +136,7 @@ func TestEndToEndUnique(t *testing.T) {
 	errs := make(chan error, clients)
 	var wg sync.WaitGroup
 	for i := range clients {
-		c := d.client(t, bus.Encoding(i%2))
+		c := d.client(t, wire.Encoding(i%2))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -146,7 +148,7 @@ func TestEndToEndUnique(t *testing.T) {
 					return
 				}
 				space := "snowflake"
-				if cl.kind == bus.SegmentKind {
+				if cl.kind == wire.Segment {
 					space = "segment " + cl.tag
 				}
 				mu.Lock()
@@ -185,18 +187,18 @@ func TestEndToEndUnique(t *testing.T) {
 }
 
 // BenchmarkRequest1000 is one request/reply of 1000 segment IDs over NATS through a
-// real bus.Service, pooled or made per request, in each encoding.
+// real service.Service, pooled or made per request, in each encoding.
 func BenchmarkRequest1000(b *testing.B) {
-	d := startE2E(b, []pools.Spec{{Kind: bus.SegmentKind, Tag: "orders", Size: 1000, Depth: 256}})
+	d := startE2E(b, []pools.Spec{{Kind: wire.Segment, Tag: "orders", Size: 1000, Depth: 256}})
 	for _, bc := range []struct {
 		name string
 		tag  string
-		enc  bus.Encoding
+		enc  wire.Encoding
 	}{
-		{"Pooled/Text", "orders", bus.Text},
-		{"Pooled/Binary", "orders", bus.Binary},
-		{"Direct/Text", "plain", bus.Text},
-		{"Direct/Binary", "plain", bus.Binary},
+		{"Pooled/Text", "orders", wire.Text},
+		{"Pooled/Binary", "orders", wire.Binary},
+		{"Direct/Text", "plain", wire.Text},
+		{"Direct/Binary", "plain", wire.Binary},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c := d.client(b, bc.enc)
@@ -204,7 +206,7 @@ func BenchmarkRequest1000(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := c.Fill(ctx, bus.SegmentKind, bc.tag, ids); err != nil {
+				if err := c.Fill(ctx, wire.Segment, bc.tag, ids); err != nil {
 					b.Fatal(err)
 				}
 			}

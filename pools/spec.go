@@ -5,13 +5,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Spec configures one pool: keep Depth ready batches of Size IDs of Kind and Tag.
 type Spec struct {
-	Kind  bus.Kind
+	Kind  wire.Kind
 	Tag   string
 	Size  int
 	Depth int
@@ -30,9 +30,9 @@ func ParseSpec(s string) (Spec, error) {
 	var sp Spec
 	switch parts[0] {
 	case "segment":
-		sp.Kind = bus.SegmentKind
+		sp.Kind = wire.Segment
 	case "snowflake":
-		sp.Kind = bus.SnowflakeKind
+		sp.Kind = wire.Snowflake
 	default:
 		return Spec{}, fmt.Errorf("pool %q: kind %q is not segment or snowflake", s, parts[0])
 	}
@@ -41,8 +41,8 @@ func ParseSpec(s string) (Spec, error) {
 		return Spec{}, fmt.Errorf("pool %q: %w", s, err)
 	}
 	size, err := strconv.Atoi(parts[2])
-	if err != nil || size < 1 || size > bus.MaxBatchLimit {
-		return Spec{}, fmt.Errorf("pool %q: size %q is not a whole number from 1 to %d", s, parts[2], bus.MaxBatchLimit)
+	if err != nil || size < 1 || size > wire.MaxBatchLimit {
+		return Spec{}, fmt.Errorf("pool %q: size %q is not a whole number from 1 to %d", s, parts[2], wire.MaxBatchLimit)
 	}
 	depth, err := strconv.Atoi(parts[3])
 	if err != nil || depth < 1 || depth > MaxDepth {

@@ -7,20 +7,14 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/wire"
 )
-
-// MinAckWait is the shortest ack wait the pool consumers are created with
-// (PROTOCOL.md "Bulk batches"). Jobs rely on it: Consumer never waits more than half of
-// it for a confirmed ack, whatever a consumer's current setting.
-const MinAckWait = 30 * time.Second
 
 // DuplicateWindow is the stream's message-ID deduplication window. A batch whose
 // publish outcome is unknown is retried with the same ID only within half of it, so a
@@ -29,17 +23,6 @@ const DuplicateWindow = 2 * time.Minute
 
 // maxTextBytesPerID bounds one ID in a text body: 19 digits and a newline.
 const maxTextBytesPerID = 20
-
-// StreamName is the pool stream of a deployment: <PREFIX>_POOL, upper case.
-func StreamName(prefix string) string { return strings.ToUpper(prefix) + "_POOL" }
-
-// PoolSubject is where a pool's batches are published: <prefix>.pool.<kind>.<tag>.
-func PoolSubject(prefix string, kind bus.Kind, tag string) string {
-	return prefix + ".pool." + kind.String() + "." + tag
-}
-
-// ConsumerName is the durable pull consumer every job of a pool shares: <kind>_<tag>.
-func ConsumerName(kind bus.Kind, tag string) string { return kind.String() + "_" + tag }
 
 // StreamConfig configures a Stream.
 type StreamConfig struct {
@@ -57,7 +40,7 @@ type StreamConfig struct {
 	// Replicas of the stream (--kv-replicas), 1 to 5. Default 1. Every dispenser of a
 	// deployment must use the same value: each one creates or updates the stream.
 	Replicas int
-	// AckWait of the pool consumers, at least MinAckWait. Default MinAckWait.
+	// AckWait of the pool consumers, at least wire.PoolMinAckWait. Default wire.PoolMinAckWait.
 	AckWait time.Duration
 	// Poll is how often a full pool looks whether batches were taken. Default 250ms.
 	Poll time.Duration
@@ -123,7 +106,7 @@ type streamPool struct {
 
 // NewStream checks cfg; nothing is created until Run.
 func NewStream(cfg StreamConfig) (*Stream, error) {
-	return newStream(cfg, MinAckWait)
+	return newStream(cfg, wire.PoolMinAckWait)
 }
 
 // newStream is NewStream with a lower ack-wait floor, so that tests can watch an
@@ -133,7 +116,7 @@ func newStream(cfg StreamConfig, ackWaitFloor time.Duration) (*Stream, error) {
 		cfg.Replicas = 1
 	}
 	if cfg.AckWait == 0 {
-		cfg.AckWait = MinAckWait
+		cfg.AckWait = wire.PoolMinAckWait
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 250 * time.Millisecond
@@ -153,7 +136,7 @@ func newStream(cfg StreamConfig, ackWaitFloor time.Duration) (*Stream, error) {
 	case cfg.PublishTimeout < 0:
 		return nil, fmt.Errorf("%w: stream publish timeout %v: want > 0", ErrInvalidPool, cfg.PublishTimeout)
 	}
-	if err := bus.CheckPrefix(cfg.Prefix); err != nil {
+	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPool, err)
 	}
 	maxPayload := int64(-1)
@@ -164,16 +147,16 @@ func newStream(cfg StreamConfig, ackWaitFloor time.Duration) (*Stream, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stream{js: cfg.JetStream, cfg: cfg, name: StreamName(cfg.Prefix), sf: cfg.Snowflakes, logger: logger}
+	s := &Stream{js: cfg.JetStream, cfg: cfg, name: wire.Subjects{Prefix: cfg.Prefix}.PoolStream(), sf: cfg.Snowflakes, logger: logger}
 	seen := make(map[poolKey]Spec, len(cfg.Specs))
 	for _, sp := range cfg.Specs {
 		if err := checkSpec(sp); err != nil {
 			return nil, err
 		}
 		switch {
-		case sp.Kind == bus.SegmentKind && cfg.Segments == nil:
+		case sp.Kind == wire.Segment && cfg.Segments == nil:
 			return nil, fmt.Errorf("%w: stream pool %s: no segment source", ErrInvalidPool, sp)
-		case sp.Kind == bus.SnowflakeKind && cfg.Snowflakes == nil:
+		case sp.Kind == wire.Snowflake && cfg.Snowflakes == nil:
 			return nil, fmt.Errorf("%w: stream pool %s: no snowflake source", ErrInvalidPool, sp)
 		}
 		k := poolKey{sp.Kind, sp.Tag}
@@ -187,8 +170,8 @@ func newStream(cfg StreamConfig, ackWaitFloor time.Duration) (*Stream, error) {
 		}
 		s.pools = append(s.pools, &streamPool{
 			spec:     sp,
-			subject:  PoolSubject(cfg.Prefix, sp.Kind, sp.Tag),
-			consumer: ConsumerName(sp.Kind, sp.Tag),
+			subject:  wire.Subjects{Prefix: cfg.Prefix}.Pool(sp.Kind, sp.Tag),
+			consumer: wire.PoolConsumer(sp.Kind, sp.Tag),
 		})
 	}
 	return s, nil
@@ -316,7 +299,7 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 				continue
 			}
 			pending = &streamBatch{
-				body:  bus.AppendIDs(make([]byte, 0, len(ids)*maxTextBytesPerID), ids, bus.Text),
+				body:  wire.AppendIDs(make([]byte, 0, len(ids)*maxTextBytesPerID), ids, wire.Text),
 				msgID: p.spec.Kind.String() + "." + p.spec.Tag + "." + strconv.FormatInt(ids[0], 10),
 			}
 		}
@@ -447,7 +430,7 @@ func (s *Stream) publish(ctx context.Context, p *streamPool, b *streamBatch) (pu
 // source fills ids from the pool's generator.
 func (s *Stream) source(ctx context.Context, sp Spec, ids []int64) error {
 	var err error
-	if sp.Kind == bus.SnowflakeKind {
+	if sp.Kind == wire.Snowflake {
 		err = s.sf.Fill(ids)
 	} else {
 		err = s.cfg.Segments.Fill(ctx, sp.Tag, ids)
@@ -520,7 +503,7 @@ func (s *Stream) Stats() []StreamStats {
 		if e := p.lastError.Load(); e != nil {
 			st.LastError = *e
 		}
-		if p.spec.Kind == bus.SnowflakeKind {
+		if p.spec.Kind == wire.Snowflake {
 			st.Borrowed = borrowed
 		}
 		out = append(out, st)

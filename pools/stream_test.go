@@ -12,9 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // testAckWait is the pool consumers' ack wait in these tests: short, so that a batch
@@ -91,7 +92,7 @@ func subjectCount(tb testing.TB, js jetstream.JetStream, subject string) int {
 func tryCount(js jetstream.JetStream, subject string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, StreamName("leaf"))
+	st, err := js.Stream(ctx, wire.Subjects{Prefix: "leaf"}.PoolStream())
 	if err != nil {
 		return 0, err
 	}
@@ -137,11 +138,11 @@ func waitStreamStats(tb testing.TB, s *Stream, i int, what string, ok func(Strea
 	}
 }
 
-func mustConsumer(tb testing.TB, js jetstream.JetStream, kind bus.Kind, tag string) *Consumer {
+func mustConsumer(tb testing.TB, js jetstream.JetStream, kind wire.Kind, tag string) *client.Consumer {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := NewConsumer(ctx, js, "leaf", kind, tag)
+	c, err := client.NewConsumer(ctx, js, "leaf", kind, tag)
 	if err != nil {
 		tb.Fatalf("NewConsumer(%s, %s): %v", kind, tag, err)
 	}
@@ -153,7 +154,7 @@ func TestNewStream(t *testing.T) {
 	js := newJS(t, ns)
 	segs := &countingSource{}
 	sfs := snowflakeFake{&countingSource{}}
-	orders := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 100, Depth: 4}
+	orders := Spec{Kind: wire.Segment, Tag: "orders", Size: 100, Depth: 4}
 	tests := []struct {
 		name    string
 		cfg     StreamConfig
@@ -166,11 +167,11 @@ func TestNewStream(t *testing.T) {
 		{"ErrAckWaitBelowFloor", StreamConfig{JetStream: js, Prefix: "leaf", AckWait: 29 * time.Second}, ErrInvalidPool},
 		{"ErrReplicas", StreamConfig{JetStream: js, Prefix: "leaf", Replicas: 6}, ErrInvalidPool},
 		{"ErrNoSegmentSource", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{orders}, Snowflakes: sfs}, ErrInvalidPool},
-		{"ErrNoSnowflakeSource", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: bus.SnowflakeKind, Tag: "x", Size: 10, Depth: 1}}, Segments: segs}, ErrInvalidPool},
+		{"ErrNoSnowflakeSource", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: wire.Snowflake, Tag: "x", Size: 10, Depth: 1}}, Segments: segs}, ErrInvalidPool},
 		{"ErrDuplicatePool", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{orders, orders}, Segments: segs}, ErrInvalidPool},
-		{"ErrBadSpec", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: bus.SegmentKind, Tag: "orders", Size: 0, Depth: 1}}, Segments: segs}, ErrInvalidPool},
+		{"ErrBadSpec", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: wire.Segment, Tag: "orders", Size: 0, Depth: 1}}, Segments: segs}, ErrInvalidPool},
 		// 10^6 IDs as text may take 20 MB, over the server's default 1 MB max payload.
-		{"ErrOverMaxPayload", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: bus.SegmentKind, Tag: "big", Size: bus.MaxBatchLimit, Depth: 1}}, Segments: segs}, ErrInvalidPool},
+		{"ErrOverMaxPayload", StreamConfig{JetStream: js, Prefix: "leaf", Specs: []Spec{{Kind: wire.Segment, Tag: "big", Size: wire.MaxBatchLimit, Depth: 1}}, Segments: segs}, ErrInvalidPool},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,8 +189,8 @@ func TestStreamSetUp(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	js := newJS(t, ns)
 	specs := []Spec{
-		{Kind: bus.SegmentKind, Tag: "orders", Size: 100, Depth: 5},
-		{Kind: bus.SnowflakeKind, Tag: "events", Size: 50, Depth: 3},
+		{Kind: wire.Segment, Tag: "orders", Size: 100, Depth: 5},
+		{Kind: wire.Snowflake, Tag: "events", Size: 50, Depth: 3},
 	}
 	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: specs,
 		Segments: &countingSource{}, Snowflakes: snowflakeFake{&countingSource{next: 1 << 40}}})
@@ -223,7 +224,7 @@ func TestStreamSetUp(t *testing.T) {
 		}
 	}
 
-	c := mustConsumer(t, js, bus.SegmentKind, "orders")
+	c := mustConsumer(t, js, wire.Segment, "orders")
 	var prev int64
 	for i := 0; i < 7; i++ {
 		ids, err := c.Next(ctx)
@@ -249,7 +250,7 @@ func TestStreamSetUp(t *testing.T) {
 // past the bound (published by both minus taken = depth), however they interleaved.
 func TestStreamTwoFeedersBounded(t *testing.T) {
 	ns := testenv.StartNATS(t)
-	spec := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 10, Depth: 3}
+	spec := Spec{Kind: wire.Segment, Tag: "orders", Size: 10, Depth: 3}
 	var streams []*Stream
 	for i, start := range []int64{0, 1 << 40} {
 		s := mustNewStream(t, StreamConfig{JetStream: newJS(t, ns), Specs: []Spec{spec}, Segments: &countingSource{next: start}})
@@ -261,7 +262,7 @@ func TestStreamTwoFeedersBounded(t *testing.T) {
 	}
 	js := newJS(t, ns)
 	waitCount(t, js, "leaf.pool.segment.orders", 3)
-	c := mustConsumer(t, js, bus.SegmentKind, "orders")
+	c := mustConsumer(t, js, wire.Segment, "orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	const taken = 60
@@ -296,7 +297,7 @@ func TestStreamTwoFeedersBounded(t *testing.T) {
 func TestStreamPublishOnce(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	js := newJS(t, ns)
-	spec := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 3, Depth: 5}
+	spec := Spec{Kind: wire.Segment, Tag: "orders", Size: 3, Depth: 5}
 	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: []Spec{spec}, Segments: &countingSource{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -342,7 +343,7 @@ func TestStreamETL(t *testing.T) {
 	if _, err := store.AddTag(ctx, segment.Tag{Name: "etl", MaxID: 1, Step: 100_000}); err != nil {
 		t.Fatalf("AddTag: %v", err)
 	}
-	spec := Spec{Kind: bus.SegmentKind, Tag: "etl", Size: size, Depth: 4}
+	spec := Spec{Kind: wire.Segment, Tag: "etl", Size: size, Depth: 4}
 	for i := 0; i < 2; i++ {
 		segCfg := segment.DefaultConfig()
 		segCfg.Store = store
@@ -395,7 +396,7 @@ func TestStreamETL(t *testing.T) {
 		return false
 	}
 	for j := 0; j < jobs; j++ {
-		c := mustConsumer(t, newJS(t, ns), bus.SegmentKind, "etl")
+		c := mustConsumer(t, newJS(t, ns), wire.Segment, "etl")
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -452,7 +453,7 @@ func TestStreamETL(t *testing.T) {
 			t.Fatalf("doomed job: fetch: %v", err)
 		}
 		for m := range mb.Messages() {
-			ids, err := parseBatch(m.Data())
+			ids, err := wire.DecodeIDs(nil, m.Data(), wire.Text)
 			if err != nil {
 				t.Fatalf("doomed job: %v", err)
 			}
@@ -515,7 +516,7 @@ func TestStreamETL(t *testing.T) {
 // (replicated streams report publish conflicts with their own error code).
 func TestStreamReplicated(t *testing.T) {
 	cl := testenv.StartNATSCluster(t, 3)
-	spec := Spec{Kind: bus.SegmentKind, Tag: "orders", Size: 10, Depth: 3}
+	spec := Spec{Kind: wire.Segment, Tag: "orders", Size: 10, Depth: 3}
 	var streams []*Stream
 	for i, start := range []int64{0, 1 << 40} {
 		nc := cl.Nodes[i].Connect(t)
@@ -534,7 +535,7 @@ func TestStreamReplicated(t *testing.T) {
 		t.Fatalf("jetstream.New: %v", err)
 	}
 	waitCount(t, js, "leaf.pool.segment.orders", 3)
-	c := mustConsumer(t, js, bus.SegmentKind, "orders")
+	c := mustConsumer(t, js, wire.Segment, "orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	const taken = 20

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // MaxStoredStep is the largest step a tag may store (PROTOCOL: step is 1 to 10,000,000).
@@ -12,7 +14,6 @@ const MaxStoredStep = 10_000_000
 
 // Bounds from the wire contract and Leaf's leaf_alloc columns.
 const (
-	maxTagName     = 128 // biz_tag varchar(128)
 	maxDescription = 256 // description varchar(256), counted in characters as MySQL does
 )
 
@@ -20,33 +21,14 @@ const (
 // outside what the protocol and leaf_alloc allow. The message names the value.
 var ErrInvalidTag = errors.New("invalid tag")
 
-// CheckTagName returns nil when name is 1 to 128 characters of A-Z a-z 0-9 _ -, and an
-// error wrapping ErrInvalidTag that names the value otherwise. It allocates nothing on
-// success, so the request path can call it freely.
+// CheckTagName returns nil when name is a valid tag (wire.CheckTag: 1 to 128 characters
+// of A-Z a-z 0-9 _ -), and an error wrapping ErrInvalidTag that names the value
+// otherwise. It allocates nothing on success, so the request path can call it freely.
 func CheckTagName(name string) error {
-	if len(name) == 0 || len(name) > maxTagName {
-		return fmt.Errorf("%w: name %s must be 1 to %d characters long", ErrInvalidTag, quoteShort(name), maxTagName)
-	}
-	for i := 0; i < len(name); i++ {
-		if !tagByte(name[i]) {
-			return fmt.Errorf("%w: name %s may only hold A-Z a-z 0-9 _ -", ErrInvalidTag, quoteShort(name))
-		}
+	if err := wire.CheckTag(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidTag, err)
 	}
 	return nil
-}
-
-func tagByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
-
-// quoteShort quotes a client-supplied value for an error message, cut short so that a
-// hostile megabyte of tag does not end up in every log line.
-func quoteShort(s string) string {
-	const limit = 140
-	if len(s) > limit {
-		return fmt.Sprintf("%q...", s[:limit])
-	}
-	return fmt.Sprintf("%q", s)
 }
 
 // Validate checks a tag as AddTag stores it: a valid name, Step 1..MaxStoredStep,

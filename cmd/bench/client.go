@@ -7,23 +7,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/nats-io/nats.go"
 )
 
 // closeWait bounds how long closing a connection waits for nats.go's callbacks to end.
 const closeWait = 5 * time.Second
 
-// client is one NATS connection of the bench: a load client or an echo responder.
-type client struct {
+// benchConn is one NATS connection of the bench: a load client or an echo responder.
+type benchConn struct {
 	nc     *nats.Conn
 	slow   atomic.Int64  // slow-consumer events: replies nats.go dropped (they become timeouts)
 	closed chan struct{} // closed by nats.go's last callback, once the connection is gone
 }
 
 // connect opens a connection with the deployment's credentials and TLS settings
-// (bus.ConnConfig, as the dispenser uses them) under the given connection name.
-func connect(cfg bus.ConnConfig, name string, logger *slog.Logger) (*client, error) {
+// (client.ConnConfig, as the dispenser uses them) under the given connection name.
+func connect(cfg client.ConnConfig, name string, logger *slog.Logger) (*benchConn, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -32,7 +32,7 @@ func connect(cfg bus.ConnConfig, name string, logger *slog.Logger) (*client, err
 	if err != nil {
 		return nil, err
 	}
-	cl := &client{closed: make(chan struct{})}
+	cl := &benchConn{closed: make(chan struct{})}
 	opts = append(opts,
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {
@@ -59,8 +59,8 @@ func connect(cfg bus.ConnConfig, name string, logger *slog.Logger) (*client, err
 
 // connectClients opens one connection per load client. It returns the ones it opened
 // even on error, for the caller to close.
-func connectClients(cfg Config, logger *slog.Logger) ([]*client, error) {
-	var clients []*client
+func connectClients(cfg Config, logger *slog.Logger) ([]*benchConn, error) {
+	var clients []*benchConn
 	for i := range cfg.Clients {
 		cl, err := connect(cfg.Conn, fmt.Sprintf("leafbus-bench-%d", i), logger)
 		if err != nil {
@@ -73,7 +73,7 @@ func connectClients(cfg Config, logger *slog.Logger) ([]*client, error) {
 
 // closeClients closes the connections and waits until nats.go has run their last
 // callbacks, so nothing of theirs outlives the run.
-func closeClients(clients []*client) {
+func closeClients(clients []*benchConn) {
 	for _, cl := range clients {
 		cl.nc.Close()
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 )
 
 // ErrInvalidConfig is returned by parseFlags and Config.Validate when a flag is missing,
@@ -18,8 +18,8 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 
 // Config is one bench run, as the flags describe it.
 type Config struct {
-	Conn     bus.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
-	Embedded bool           // start a dispenser in this process instead of using --nats
+	Conn     client.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
+	Embedded bool              // start a dispenser in this process instead of using --nats
 
 	// StoreDelay, with Embedded, slows every segment store call down by this much.
 	StoreDelay time.Duration
@@ -52,7 +52,7 @@ type Config struct {
 
 func defaultConfig() Config {
 	return Config{
-		Conn:     bus.ConnConfig{URLs: "nats://127.0.0.1:4222"},
+		Conn:     client.ConnConfig{URLs: "nats://127.0.0.1:4222"},
 		Kind:     "segment",
 		Tags:     []string{"leaf-segment-test"},
 		Batch:    1,

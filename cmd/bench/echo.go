@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -23,12 +23,12 @@ import (
 // is therefore the number of endpoint instances serving the subject.
 type echoServer struct {
 	prefix string // _bench.echo.<unique>; requests go to prefix.<tag>
-	conns  []*client
+	conns  []*benchConn
 }
 
 // startEcho connects responders responders through cfg and subscribes them. payloads[i]
 // answers requests for tags[i].
-func startEcho(cfg bus.ConnConfig, tags []string, payloads [][]byte, responders int, logger *slog.Logger) (*echoServer, error) {
+func startEcho(cfg client.ConnConfig, tags []string, payloads [][]byte, responders int, logger *slog.Logger) (*echoServer, error) {
 	e := &echoServer{prefix: "_bench.echo." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)}
 	byTag := make(map[string][]byte, len(tags))
 	for i, tag := range tags {

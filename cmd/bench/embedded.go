@@ -11,8 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -27,7 +28,7 @@ const embeddedTagStep = 2000
 // has shut down.
 //
 // What runs is what answers requests in a real dispenser: the embedded server, the
-// JetStream KV segment store, segment.Generator, snowflake.Generator and bus.Service.
+// JetStream KV segment store, segment.Generator, snowflake.Generator and service.Service.
 // The worker-ID registry, clock guard and heartbeat are left out: they are off the
 // request path, and the data directory (hence every issued ID) is deleted on stop, so
 // there is nothing a clock step could repeat. With --store-delay every store call is
@@ -50,7 +51,7 @@ func startEmbedded(ctx context.Context, cfg Config, logger *slog.Logger) (url st
 		return "", nil, err
 	}
 	undo = append(undo, func() { os.RemoveAll(dir) })
-	srv, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", DataDir: dir, Name: "bench-embedded", Logger: logger})
+	srv, err := dispenser.StartEmbedded(dispenser.EmbeddedConfig{Listen: "127.0.0.1:0", DataDir: dir, Name: "bench-embedded", Logger: logger})
 	if err != nil {
 		return "", nil, err
 	}
@@ -110,14 +111,14 @@ func startEmbedded(ctx context.Context, cfg Config, logger *slog.Logger) (url st
 		return "", nil, err
 	}
 	undo = append(undo, svcConn.Close)
-	svcCfg := bus.DefaultServiceConfig()
+	svcCfg := service.DefaultConfig()
 	svcCfg.Prefix = cfg.Prefix
 	svcCfg.Layout = layout
 	svcCfg.Segments = segments
 	svcCfg.Snowflakes = snowflakes
 	svcCfg.Tags = kv
 	svcCfg.Logger = logger
-	svc, err := bus.NewService(svcConn, svcCfg)
+	svc, err := service.New(svcConn, svcCfg)
 	if err != nil {
 		return "", nil, err
 	}

@@ -83,7 +83,7 @@ type worker struct {
 	id     int
 	spec   *loadSpec
 	sched  schedule
-	cl     *client
+	cl     *benchConn
 	logger *slog.Logger
 	epoch  time.Time
 	done   <-chan struct{} // the run was interrupted
@@ -115,7 +115,7 @@ type worker struct {
 }
 
 // runLoad runs one phase on clients and returns once every worker has stopped.
-func runLoad(ctx context.Context, clients []*client, spec *loadSpec, progressOut io.Writer, logger *slog.Logger) (*phaseResult, error) {
+func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progressOut io.Writer, logger *slog.Logger) (*phaseResult, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -96,7 +96,7 @@ func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loa
 // runEchoBaseline repeats the dispenser's load against a bare NATS responder. A baseline
 // that cannot run says why in its report instead of failing the run, whose dispenser
 // numbers stand on their own.
-func runEchoBaseline(ctx context.Context, cfg Config, clients []*client, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
+func runEchoBaseline(ctx context.Context, cfg Config, clients []*benchConn, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
 	b := &BaselineReport{}
 	payloads, err := sampleReplies(clients[0].nc, spec)
 	if err != nil {

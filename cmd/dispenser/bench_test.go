@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/nats-io/nats.go"
-
-	"github.com/leafbus/leafbus/bus"
 )
 
 // BenchmarkColdStart measures the embedded default from exec to the first segment ID
@@ -94,7 +93,7 @@ func BenchmarkResidentTags10k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		client, err := bus.NewClient(nc)
+		client, err := client.NewClient(nc)
 		if err != nil {
 			b.Fatal(err)
 		}

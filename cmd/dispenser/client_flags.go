@@ -7,15 +7,15 @@ import (
 	"io"
 	"time"
 
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/nats-io/nats.go"
-
-	"github.com/leafbus/leafbus/bus"
 )
 
 // clientFlags are what the subcommands that talk to a running deployment share:
 // where it is, how to authenticate, its prefix.
 type clientFlags struct {
-	conn    bus.ConnConfig
+	conn    client.ConnConfig
 	prefix  string
 	timeout time.Duration
 }
@@ -46,8 +46,8 @@ func parseSubcommand(fs *flag.FlagSet, args []string, getenv func(string) string
 }
 
 // connect opens the connection and a client on it; close the connection when done.
-func (c *clientFlags) connect() (*nats.Conn, *bus.Client, error) {
-	if err := bus.CheckPrefix(c.prefix); err != nil {
+func (c *clientFlags) connect() (*nats.Conn, *client.Client, error) {
+	if err := wire.CheckPrefix(c.prefix); err != nil {
 		return nil, nil, &usageError{err}
 	}
 	c.conn.Name = "leafbus dispenser cli"
@@ -61,7 +61,7 @@ func (c *clientFlags) connect() (*nats.Conn, *bus.Client, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", c.conn.URLs, err)
 	}
-	cl, err := bus.NewClient(nc, bus.WithPrefix(c.prefix), bus.WithTimeout(c.timeout))
+	cl, err := client.NewClient(nc, client.WithPrefix(c.prefix), client.WithTimeout(c.timeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

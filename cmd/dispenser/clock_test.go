@@ -16,9 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -128,7 +129,7 @@ func TestRestartWithClockSetBackNoRepeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	seen := map[int64]bool{}
-	take := func(d *dispenser) {
+	take := func(d *testDispenser) {
 		c := d.client(t)
 		for i := 0; i < 50; i++ {
 			ids, err := c.SnowflakeN(ctx, "x", 2000)
@@ -179,7 +180,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dataDir := t.TempDir()
-	seen := map[bus.Kind]map[int64]bool{bus.SegmentKind: {}, bus.SnowflakeKind: {}}
+	seen := map[wire.Kind]map[int64]bool{wire.Segment: {}, wire.Snowflake: {}}
 	var mu sync.Mutex
 	run := func(life int) {
 		// A static worker ID, so the restart reuses it and must start past its record.
@@ -189,7 +190,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		c, err := bus.NewClient(nc)
+		c, err := client.NewClient(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				kind := bus.Kind(w % 2)
+				kind := wire.Kind(w % 2)
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					ids := make([]int64, 100)
@@ -231,8 +232,8 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 	run(2)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen[bus.SegmentKind]) == 0 || len(seen[bus.SnowflakeKind]) == 0 {
-		t.Fatalf("no IDs taken: %d segment, %d snowflake", len(seen[bus.SegmentKind]), len(seen[bus.SnowflakeKind]))
+	if len(seen[wire.Segment]) == 0 || len(seen[wire.Snowflake]) == 0 {
+		t.Fatalf("no IDs taken: %d segment, %d snowflake", len(seen[wire.Segment]), len(seen[wire.Snowflake]))
 	}
-	t.Logf("%d segment and %d snowflake IDs over two lives, none repeated", len(seen[bus.SegmentKind]), len(seen[bus.SnowflakeKind]))
+	t.Logf("%d segment and %d snowflake IDs over two lives, none repeated", len(seen[wire.Segment]), len(seen[wire.Snowflake]))
 }

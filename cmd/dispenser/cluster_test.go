@@ -15,8 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // TestClusterNodeLossNoDuplicate runs two dispensers on a 3-node JetStream cluster, each
@@ -34,7 +35,7 @@ func TestClusterNodeLossNoDuplicate(t *testing.T) {
 	// cluster announces in INFO (connect_urls) to its pool, so it fails over to the other
 	// nodes without being told about them; with all URLs given it would pick one at
 	// random (nats.go shuffles the list), and the test could not say which node to stop.
-	var dispensers []*dispenser
+	var dispensers []*testDispenser
 	for i := range 2 {
 		dispensers = append(dispensers, startDispenser(t, func(m *Main) {
 			m.Config.NATS = nodes[i].URL()
@@ -96,7 +97,7 @@ func waitReplicatedKV(tb testing.TB, cluster *testenv.Cluster, replicas int) {
 }
 
 // waitLog waits until d's log holds s.
-func waitLog(tb testing.TB, d *dispenser, s string, timeout time.Duration) {
+func waitLog(tb testing.TB, d *testDispenser, s string, timeout time.Duration) {
 	tb.Helper()
 	deadline := time.After(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -177,11 +178,11 @@ func startClusterLoad(tb testing.TB, conns []*nats.Conn) *clusterLoad {
 		transient: map[string]int{},
 	}
 	for c, nc := range conns {
-		client, err := bus.NewClient(nc, bus.WithTimeout(time.Second))
+		client, err := client.NewClient(nc, client.WithTimeout(time.Second))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		for _, kind := range []bus.Kind{bus.SegmentKind, bus.SnowflakeKind} {
+		for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
 			l.wg.Add(1)
 			go func() {
 				defer l.wg.Done()
@@ -193,9 +194,9 @@ func startClusterLoad(tb testing.TB, conns []*nats.Conn) *clusterLoad {
 	return l
 }
 
-func (l *clusterLoad) work(ctx context.Context, client *bus.Client, c int, kind bus.Kind, rng *rand.Rand) {
+func (l *clusterLoad) work(ctx context.Context, client *client.Client, c int, kind wire.Kind, rng *rand.Rand) {
 	tag := sampleTag
-	if kind == bus.SnowflakeKind {
+	if kind == wire.Snowflake {
 		tag = fmt.Sprintf("client%d", c)
 	}
 	for ctx.Err() == nil {
@@ -212,7 +213,7 @@ func (l *clusterLoad) work(ctx context.Context, client *bus.Client, c int, kind 
 			return
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
 			errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed),
-			errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, bus.ErrUnavailable):
+			errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, wire.ErrUnavailable):
 			// A request in flight on a lost route or connection times out; one sent
 			// while the JetStream leaders move may be refused with 503. Neither hands
 			// out an ID, so neither can cause a duplicate.
@@ -230,7 +231,7 @@ func (l *clusterLoad) work(ctx context.Context, client *bus.Client, c int, kind 
 }
 
 func errorClass(err error) string {
-	for _, e := range []error{bus.ErrUnavailable, nats.ErrNoResponders, context.DeadlineExceeded, nats.ErrTimeout} {
+	for _, e := range []error{wire.ErrUnavailable, nats.ErrNoResponders, context.DeadlineExceeded, nats.ErrTimeout} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}
@@ -238,7 +239,7 @@ func errorClass(err error) string {
 	return "connection closed or reconnecting"
 }
 
-func (l *clusterLoad) record(c int, kind bus.Kind, ids []int64) {
+func (l *clusterLoad) record(c int, kind wire.Kind, ids []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, id := range ids {
@@ -302,7 +303,7 @@ func (l *clusterLoad) check(tb testing.TB) {
 	tb.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	tb.Logf("IDs: %d segment, %d snowflake; transient failures: %v", len(l.seen[bus.SegmentKind]), len(l.seen[bus.SnowflakeKind]), l.transient)
+	tb.Logf("IDs: %d segment, %d snowflake; transient failures: %v", len(l.seen[wire.Segment]), len(l.seen[wire.Snowflake]), l.transient)
 	if len(l.dups) > 0 {
 		tb.Errorf("%d IDs handed out twice, e.g. %v", len(l.dups), l.dups[:min(len(l.dups), 10)])
 	}

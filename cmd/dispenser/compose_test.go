@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
 )
 
@@ -535,7 +535,7 @@ func benchFlags(tb testing.TB) map[string]bool {
 			}
 			if sel.Sel.Name == "RegisterFlags" {
 				conn := flag.NewFlagSet("conn", flag.ContinueOnError)
-				(&bus.ConnConfig{}).RegisterFlags(conn)
+				(&client.ConnConfig{}).RegisterFlags(conn)
 				conn.VisitAll(func(f *flag.Flag) { flags[f.Name] = false })
 				return true
 			}

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -24,7 +26,7 @@ type Config struct {
 	DataDir string // embedded JetStream store, and the worker-ID cache file
 	Monitor string // embedded NATS HTTP monitoring address; "" = off
 	NATS    string // existing NATS servers; "" = embed one
-	Conn    bus.ConnConfig
+	Conn    client.ConnConfig
 
 	Prefix     string
 	NodeID     string
@@ -204,14 +206,14 @@ func envName(flagName string) string {
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if err := bus.CheckPrefix(c.Prefix); err != nil {
+	if err := wire.CheckPrefix(c.Prefix); err != nil {
 		errs = append(errs, err)
 	}
 	if err := workerid.CheckNodeID(c.NodeID); err != nil {
 		add("--node-id: %w", err)
 	}
 	if c.NATS == "" {
-		if err := (bus.EmbeddedConfig{Listen: c.Listen, DataDir: c.DataDir, Monitor: c.Monitor}).Validate(); err != nil {
+		if err := (dispenser.EmbeddedConfig{Listen: c.Listen, DataDir: c.DataDir, Monitor: c.Monitor}).Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	} else {
@@ -276,8 +278,8 @@ func (c *Config) Validate() error {
 	if c.LeaseTTL < 4*heartbeatInterval {
 		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*heartbeatInterval)
 	}
-	if c.MaxBatch < 1 || c.MaxBatch > bus.MaxBatchLimit {
-		add("--max-batch %d: want 1 to %d", c.MaxBatch, bus.MaxBatchLimit)
+	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
+		add("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
 	}
 	for _, p := range c.Pools {
 		if p.Size > c.MaxBatch {

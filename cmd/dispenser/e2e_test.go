@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
-	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // TestConcurrentClientsNoDuplicate: 8 clients, each with its own connection, take 50k
@@ -35,15 +35,15 @@ func TestConcurrentClientsNoDuplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	type result struct {
-		kind bus.Kind
+		kind wire.Kind
 		ids  []int64
 		err  error
 	}
 	results := make(chan result, clients)
 	for c := 0; c < clients; c++ {
-		kind := bus.Kind(c % 2)
-		enc := bus.Encoding((c / 2) % 2)
-		client := d.client(t, bus.WithEncoding(enc))
+		kind := wire.Kind(c % 2)
+		enc := wire.Encoding((c / 2) % 2)
+		client := d.client(t, client.WithEncoding(enc))
 		rng := rand.New(rand.NewPCG(uint64(c), 7))
 		go func() {
 			ids := make([]int64, 0, perClient)
@@ -55,7 +55,7 @@ func TestConcurrentClientsNoDuplicate(t *testing.T) {
 					n = min(50, perClient-len(ids)) // keep the test short under -race
 				}
 				tag := sampleTag
-				if kind == bus.SnowflakeKind {
+				if kind == wire.Snowflake {
 					tag = fmt.Sprintf("client%d", c)
 				}
 				batch := make([]int64, n)
@@ -68,7 +68,7 @@ func TestConcurrentClientsNoDuplicate(t *testing.T) {
 			results <- result{kind, ids, nil}
 		}()
 	}
-	seen := map[bus.Kind]map[int64]bool{bus.SegmentKind: {}, bus.SnowflakeKind: {}}
+	seen := map[wire.Kind]map[int64]bool{wire.Segment: {}, wire.Snowflake: {}}
 	for c := 0; c < clients; c++ {
 		r := <-results
 		if r.err != nil {
@@ -81,7 +81,7 @@ func TestConcurrentClientsNoDuplicate(t *testing.T) {
 			seen[r.kind][id] = true
 		}
 	}
-	if n := len(seen[bus.SegmentKind]) + len(seen[bus.SnowflakeKind]); n != clients*perClient {
+	if n := len(seen[wire.Segment]) + len(seen[wire.Snowflake]); n != clients*perClient {
 		t.Fatalf("%d distinct IDs, want %d", n, clients*perClient)
 	}
 }
@@ -258,15 +258,15 @@ func TestPoolsNoDuplicate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
-	seen := map[bus.Kind]map[int64]bool{bus.SegmentKind: {}, bus.SnowflakeKind: {}}
+	seen := map[wire.Kind]map[int64]bool{wire.Segment: {}, wire.Snowflake: {}}
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for c := 0; c < clients; c++ {
-		kind, tag := bus.SegmentKind, sampleTag
+		kind, tag := wire.Segment, sampleTag
 		if c%2 == 1 {
-			kind, tag = bus.SnowflakeKind, "pooled"
+			kind, tag = wire.Snowflake, "pooled"
 		}
-		client := d.client(t, bus.WithEncoding(bus.Encoding((c/2)%2)))
+		client := d.client(t, client.WithEncoding(wire.Encoding((c/2)%2)))
 		rng := rand.New(rand.NewPCG(uint64(c), 11))
 		wg.Add(1)
 		go func() {
@@ -316,10 +316,10 @@ func TestPoolsNoDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []struct {
-		kind bus.Kind
+		kind wire.Kind
 		tag  string
-	}{{bus.SegmentKind, sampleTag}, {bus.SnowflakeKind, "pooled"}} {
-		c, err := pools.NewConsumer(ctx, js, "leaf", p.kind, p.tag)
+	}{{wire.Segment, sampleTag}, {wire.Snowflake, "pooled"}} {
+		c, err := client.NewConsumer(ctx, js, "leaf", p.kind, p.tag)
 		if err != nil {
 			t.Fatalf("consumer of the %v pool: %v", p.kind, err)
 		}

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/nats-io/nats.go"
-
-	"github.com/leafbus/leafbus/bus"
 )
 
 // syncBuffer is a bytes.Buffer that the dispenser writes while the test reads.
@@ -41,8 +40,8 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// dispenser is a running Main for a test.
-type dispenser struct {
+// testDispenser is a running Main for a test.
+type testDispenser struct {
 	*Main
 	stdout *syncBuffer
 	stderr *syncBuffer
@@ -51,10 +50,10 @@ type dispenser struct {
 
 // startDispenser runs the real code path on a random port in a temp dir; configure
 // adjusts the defaults (as flags would) before it starts. It is stopped at cleanup.
-func startDispenser(tb testing.TB, configure func(*Main)) *dispenser {
+func startDispenser(tb testing.TB, configure func(*Main)) *testDispenser {
 	tb.Helper()
 	m := NewMain()
-	d := &dispenser{Main: m, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	d := &testDispenser{Main: m, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	m.Stdout = d.stdout
 	m.Stderr = io.MultiWriter(d.stderr, logWriter{tb})
 	m.Getenv = func(string) string { return "" }
@@ -100,7 +99,7 @@ func startDispenser(tb testing.TB, configure func(*Main)) *dispenser {
 }
 
 // connect opens a client connection to d, closed at cleanup.
-func (d *dispenser) connect(tb testing.TB) *nats.Conn {
+func (d *testDispenser) connect(tb testing.TB) *nats.Conn {
 	tb.Helper()
 	nc, err := nats.Connect(d.ClientURL(), nats.Timeout(5*time.Second))
 	if err != nil {
@@ -110,9 +109,9 @@ func (d *dispenser) connect(tb testing.TB) *nats.Conn {
 	return nc
 }
 
-func (d *dispenser) client(tb testing.TB, opts ...bus.ClientOption) *bus.Client {
+func (d *testDispenser) client(tb testing.TB, opts ...client.ClientOption) *client.Client {
 	tb.Helper()
-	c, err := bus.NewClient(d.connect(tb), opts...)
+	c, err := client.NewClient(d.connect(tb), opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -121,7 +120,7 @@ func (d *dispenser) client(tb testing.TB, opts ...bus.ClientOption) *bus.Client 
 
 // takeSnowflakes takes n snowflake IDs from d in one request, adds them to seen (failing on a repeat) and
 // returns the worker ID and the highest timestamp they carry.
-func takeSnowflakes(t *testing.T, d *dispenser, seen map[int64]string, who string, n int) (workerID, maxTS int64) {
+func takeSnowflakes(t *testing.T, d *testDispenser, seen map[int64]string, who string, n int) (workerID, maxTS int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // leafDB opens dsn as an operator or a Leaf node would (database/sql and the driver the
@@ -47,7 +47,7 @@ func leafDB(tb testing.TB, dsn string, rows map[string]int) *sql.DB {
 
 // startMySQLDispenser starts a dispenser with the mysql segment store on dsn (its own
 // connection pool), embedding NATS when natsURL is empty and joining it otherwise.
-func startMySQLDispenser(tb testing.TB, dsn, natsURL, nodeID string) *dispenser {
+func startMySQLDispenser(tb testing.TB, dsn, natsURL, nodeID string) *testDispenser {
 	tb.Helper()
 	return startDispenser(tb, func(m *Main) {
 		m.Config.Pools = nil
@@ -143,7 +143,7 @@ func TestMySQLThreeDispensers(t *testing.T) {
 			for range requests {
 				tag := tags[rng.IntN(len(tags))]
 				batch := make([]int64, 1+rng.IntN(30))
-				if err := client.Fill(ctx, bus.SegmentKind, tag, batch); err != nil {
+				if err := client.Fill(ctx, wire.Segment, tag, batch); err != nil {
 					t.Errorf("client %d: %v", c, err)
 					return
 				}
@@ -207,7 +207,7 @@ func TestMySQLThreeDispensers(t *testing.T) {
 // segmentRequestsPerInstance asks every service instance for its stats ($SRV.STATS.leaf
 // with no queue group: each answers) and returns its segment request count by
 // instance ID; it fails unless three answer.
-func segmentRequestsPerInstance(t *testing.T, d *dispenser) map[string]int {
+func segmentRequestsPerInstance(t *testing.T, d *testDispenser) map[string]int {
 	t.Helper()
 	nc := d.connect(t)
 	inbox := nats.NewInbox()
@@ -247,7 +247,7 @@ func TestMySQLRowInsertedBySQL(t *testing.T) {
 	client := d.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := client.Segment(ctx, "late"); !errors.Is(err, bus.ErrNotFound) {
+	if _, err := client.Segment(ctx, "late"); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("Segment(late) before the insert err = %v, want 404", err)
 	}
 	if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES ('late', 5000, 10, 'by hand')"); err != nil {
@@ -286,7 +286,7 @@ func TestMySQLOutage(t *testing.T) {
 	var ids idSets
 	take := func(tag string, n int) error {
 		batch := make([]int64, n)
-		if err := client.Fill(ctx, bus.SegmentKind, tag, batch); err != nil {
+		if err := client.Fill(ctx, wire.Segment, tag, batch); err != nil {
 			return err
 		}
 		ids.add(t, tag, batch)
@@ -341,12 +341,12 @@ func TestMySQLOutage(t *testing.T) {
 				}
 				continue
 			}
-			if !errors.Is(err, bus.ErrUnavailable) {
+			if !errors.Is(err, wire.ErrUnavailable) {
 				t.Fatalf("%s with MariaDB down and buffers spent: %v, want 503", tag, err)
 			}
 			break
 		}
-		if err := take(tag, 1); !errors.Is(err, bus.ErrUnavailable) {
+		if err := take(tag, 1); !errors.Is(err, wire.ErrUnavailable) {
 			t.Fatalf("%s asked again with MariaDB down: %v, want 503", tag, err)
 		}
 		t.Logf("%s served %d IDs from its buffers, then 503", tag, served)
@@ -367,7 +367,7 @@ func TestMySQLOutage(t *testing.T) {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, bus.ErrUnavailable) || time.Now().After(deadline) {
+			if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(deadline) {
 				t.Fatalf("%s after MariaDB came back: %v", tag, err)
 			}
 			time.Sleep(100 * time.Millisecond)

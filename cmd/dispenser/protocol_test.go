@@ -19,8 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // request sends one raw request and returns the reply.
@@ -263,7 +264,7 @@ func TestProtocolDecode(t *testing.T) {
 	if len(got) != len(keys) {
 		t.Fatalf("decode reply %s has keys %v, want %v", reply.Data, got, keys)
 	}
-	var dec bus.DecodedID
+	var dec wire.DecodedID
 	if err := json.Unmarshal(reply.Data, &dec); err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +419,7 @@ func TestProtocolManagingTags(t *testing.T) {
 	}
 
 	list := request(t, nc, "leaf.admin.tags.list", "", nil)
-	var tags []bus.TagInfo
+	var tags []wire.TagInfo
 	if err := json.Unmarshal(list.Data, &tags); err != nil {
 		t.Fatalf("list = %q: %v", list.Data, err)
 	}
@@ -432,14 +433,14 @@ func TestProtocolManagingTags(t *testing.T) {
 	}
 }
 
-// TestClientTypedErrors checks bus.Client against the same dispenser: IDs, batches,
+// TestClientTypedErrors checks client.Client against the same dispenser: IDs, batches,
 // decode, admin, and errors as typed sentinels.
 func TestClientTypedErrors(t *testing.T) {
 	d := startDispenser(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, enc := range []bus.Encoding{bus.Text, bus.Binary} {
-		c := d.client(t, bus.WithEncoding(enc))
+	for _, enc := range []wire.Encoding{wire.Text, wire.Binary} {
+		c := d.client(t, client.WithEncoding(enc))
 		id, err := c.Segment(ctx, sampleTag)
 		if err != nil || id < 1 {
 			t.Fatalf("%v Segment = %d, %v", enc, id, err)
@@ -448,10 +449,10 @@ func TestClientTypedErrors(t *testing.T) {
 		if err != nil || len(ids) != 100 {
 			t.Fatalf("%v SnowflakeN = %d IDs, %v", enc, len(ids), err)
 		}
-		if _, err := c.Segment(ctx, "missing"); !errors.Is(err, bus.ErrNotFound) {
+		if _, err := c.Segment(ctx, "missing"); !errors.Is(err, wire.ErrNotFound) {
 			t.Fatalf("%v Segment(missing) = %v, want ErrNotFound", enc, err)
 		}
-		if _, err := c.SegmentN(ctx, sampleTag, 10001); !errors.Is(err, bus.ErrBadRequest) {
+		if _, err := c.SegmentN(ctx, sampleTag, 10001); !errors.Is(err, wire.ErrBadRequest) {
 			t.Fatalf("%v SegmentN(10001) = %v, want ErrBadRequest", enc, err)
 		}
 		if _, err := c.Segment(ctx, "bad tag"); err == nil {
@@ -460,10 +461,10 @@ func TestClientTypedErrors(t *testing.T) {
 	}
 	c := d.client(t)
 	step := int64(10)
-	if _, err := c.AddTag(ctx, bus.AddTagRequest{Tag: sampleTag, Step: &step}); !errors.Is(err, bus.ErrConflict) {
+	if _, err := c.AddTag(ctx, wire.AddTagRequest{Tag: sampleTag, Step: &step}); !errors.Is(err, wire.ErrConflict) {
 		t.Fatalf("AddTag(existing) = %v, want ErrConflict", err)
 	}
-	if _, err := c.UpdateTag(ctx, bus.UpdateTagRequest{Tag: "missing", Step: &step}); !errors.Is(err, bus.ErrNotFound) {
+	if _, err := c.UpdateTag(ctx, wire.UpdateTagRequest{Tag: "missing", Step: &step}); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("UpdateTag(missing) = %v, want ErrNotFound", err)
 	}
 	id, err := c.Snowflake(ctx, "x")

@@ -16,10 +16,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/run"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -85,7 +87,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}()
 
 	// NATS: embedded by default, or an existing deployment.
-	var embedded *bus.Embedded
+	var embedded *dispenser.Embedded
 	connect := func(name string) (*nats.Conn, error) {
 		c := cfg.Conn
 		c.URLs, c.Name = cfg.NATS, name
@@ -95,7 +97,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return fmt.Errorf("create --data-dir: %w", err)
 		}
-		embedded, err = bus.StartEmbedded(bus.EmbeddedConfig{
+		embedded, err = dispenser.StartEmbedded(dispenser.EmbeddedConfig{
 			Listen: cfg.Listen, DataDir: cfg.DataDir, Monitor: cfg.Monitor, Name: cfg.NodeID, Logger: logger,
 		})
 		if err != nil {
@@ -212,7 +214,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	undo = append(undo, svcConn.Close)
-	svcCfg := bus.DefaultServiceConfig()
+	svcCfg := service.DefaultConfig()
 	svcCfg.Prefix = cfg.Prefix
 	svcCfg.MaxBatch = cfg.MaxBatch
 	svcCfg.Layout = cfg.layout()
@@ -249,13 +251,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	svcCfg.Stats = func(endpoint string) any {
 		switch endpoint {
 		case "segment":
-			return map[string]any{"tags": segments.Stats(), "pools": ofKind(batches.Stats(), bus.SegmentKind, poolKind), "pool_stream": ofKind(poolStream.Stats(), bus.SegmentKind, streamKind)}
+			return map[string]any{"tags": segments.Stats(), "pools": ofKind(batches.Stats(), wire.Segment, poolKind), "pool_stream": ofKind(poolStream.Stats(), wire.Segment, streamKind)}
 		case "snowflake":
-			return map[string]any{"generator": generatorStats(snowflakes.Stats()), "clock": heartbeat.Stats(), "pools": ofKind(batches.Stats(), bus.SnowflakeKind, poolKind), "pool_stream": ofKind(poolStream.Stats(), bus.SnowflakeKind, streamKind)}
+			return map[string]any{"generator": generatorStats(snowflakes.Stats()), "clock": heartbeat.Stats(), "pools": ofKind(batches.Stats(), wire.Snowflake, poolKind), "pool_stream": ofKind(poolStream.Stats(), wire.Snowflake, streamKind)}
 		}
 		return nil
 	}
-	svc, err := bus.NewService(svcConn, svcCfg)
+	svc, err := service.New(svcConn, svcCfg)
 	if err != nil {
 		return err
 	}
@@ -367,7 +369,7 @@ func poolKind(s pools.PoolStats) string     { return s.Kind }
 func streamKind(s pools.StreamStats) string { return s.Kind }
 
 // ofKind keeps the pool stats of one kind for $SRV.STATS (an empty list when none).
-func ofKind[S any](all []S, kind bus.Kind, kindOf func(S) string) []S {
+func ofKind[S any](all []S, kind wire.Kind, kindOf func(S) string) []S {
 	out := []S{}
 	for _, s := range all {
 		if kindOf(s) == kind.String() {

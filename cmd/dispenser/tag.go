@@ -9,7 +9,7 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/wire"
 )
 
 const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--description TEXT]
@@ -67,7 +67,7 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if !given["step"] {
 			return &usageError{fmt.Errorf("tag add: --step is required")}
 		}
-		r := bus.AddTagRequest{Tag: name, Step: &step, MaxID: &maxID}
+		r := wire.AddTagRequest{Tag: name, Step: &step, MaxID: &maxID}
 		if given["description"] {
 			r.Description = &description
 		}
@@ -77,7 +77,7 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return printJSON(stdout, t)
 	case "update":
-		r := bus.UpdateTagRequest{Tag: name}
+		r := wire.UpdateTagRequest{Tag: name}
 		if given["step"] {
 			r.Step = &step
 		}

@@ -1,4 +1,4 @@
-package bus
+package service
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // SegmentSource hands out segment IDs (segment.Generator). TryFill never waits and does
@@ -43,26 +43,11 @@ type TagAdmin interface {
 // Batches hands out ready-made replies (package pools): ok=false when it has none of
 // that shape, and the service makes the reply itself.
 type Batches interface {
-	Take(kind Kind, tag string, n int, enc Encoding) (reply []byte, ok bool)
+	Take(kind wire.Kind, tag string, n int, enc wire.Encoding) (reply []byte, ok bool)
 }
 
-// Kind is the kind of ID a subject asks for.
-type Kind uint8
-
-const (
-	SegmentKind Kind = iota
-	SnowflakeKind
-)
-
-func (k Kind) String() string {
-	if k == SnowflakeKind {
-		return "snowflake"
-	}
-	return "segment"
-}
-
-// ServiceConfig describes the micro service a dispenser runs. Sources left nil answer 503.
-type ServiceConfig struct {
+// Config describes the micro service a dispenser runs. Sources left nil answer 503.
+type Config struct {
 	Prefix   string // subject prefix, service name and queue group ("leaf")
 	Version  string // semantic version shown by $SRV.INFO
 	MaxBatch int    // largest count a request may ask for (10000)
@@ -86,12 +71,12 @@ type ServiceConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultServiceConfig is the configuration of the protocol's defaults.
-func DefaultServiceConfig() ServiceConfig {
-	return ServiceConfig{
-		Prefix:       "leaf",
+// DefaultConfig is the configuration of the protocol's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Prefix:       wire.DefaultPrefix,
 		Version:      "1.0.0",
-		MaxBatch:     10000,
+		MaxBatch:     wire.DefaultMaxBatch,
 		Layout:       snowflake.DefaultLayout(),
 		WaitMax:      2 * time.Second,
 		MaxWaiting:   4096,
@@ -99,29 +84,13 @@ func DefaultServiceConfig() ServiceConfig {
 	}
 }
 
-var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
-
-// CheckPrefix validates a subject prefix: it also names the service, the queue group,
-// the KV buckets and the pool stream, so it is limited to what all of those accept.
-func CheckPrefix(p string) error {
-	if !prefixRE.MatchString(p) {
-		return fmt.Errorf("--prefix %q: want 1 to 32 characters of A-Z a-z 0-9 _ -", p)
-	}
-	return nil
-}
-
-// MaxBatchLimit is the largest --max-batch: 10^6 IDs as text stay under 20 MB, far below
-// what NATS servers let through... but over the default 1 MB max_payload, which Validate
-// checks against the connection separately.
-const MaxBatchLimit = 1_000_000
-
 // Validate names the field, value and bound of the first bad setting.
-func (c ServiceConfig) Validate() error {
-	if err := CheckPrefix(c.Prefix); err != nil {
+func (c Config) Validate() error {
+	if err := wire.CheckPrefix(c.Prefix); err != nil {
 		return err
 	}
-	if c.MaxBatch < 1 || c.MaxBatch > MaxBatchLimit {
-		return fmt.Errorf("--max-batch %d: want 1 to %d", c.MaxBatch, MaxBatchLimit)
+	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
+		return fmt.Errorf("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
 	}
 	if err := c.Layout.Validate(); err != nil {
 		return err
@@ -138,22 +107,21 @@ func (c ServiceConfig) Validate() error {
 	return nil
 }
 
-// maxTextID is the longest decimal ID plus its separator: the text reply of n IDs
-// never exceeds n*maxTextID bytes.
-const maxTextID = 20
-
 // Service is the dispenser's NATS face: a micro service named after the prefix, in the
 // queue group of the same name, with endpoints for segment and snowflake IDs, decoding
 // and tag admin. It owns its connection, so that stopping it can drain every request
 // already delivered without cutting the connection the heartbeats use.
 type Service struct {
-	cfg    ServiceConfig
+	cfg    Config
 	nc     *nats.Conn
 	svc    micro.Service
 	logger *slog.Logger
 
+	subjects         wire.Subjects
 	segmentSubject   string // "leaf.segment." : the tag follows
 	snowflakeSubject string
+	guard            *replyGuard
+	refused          map[string]*atomic.Uint64 // per endpoint: requests whose reply subject was refused
 
 	waiting chan struct{} // a slot per request waiting off the delivery goroutine
 	wg      sync.WaitGroup
@@ -178,11 +146,11 @@ type endpointCounters struct {
 
 // NewService registers the service on nc, which it then owns (Stop drains and closes
 // it). Requests are served from the moment it returns.
-func NewService(nc *nats.Conn, cfg ServiceConfig) (*Service, error) {
+func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if need := int64(cfg.MaxBatch) * maxTextID; need > nc.MaxPayload() {
+	if need := int64(cfg.MaxBatch) * wire.MaxTextID; need > nc.MaxPayload() {
 		return nil, fmt.Errorf("--max-batch %d: a text reply may need %d bytes, but the NATS server's max_payload is %d", cfg.MaxBatch, need, nc.MaxPayload())
 	}
 	logger := cfg.Logger
@@ -193,9 +161,16 @@ func NewService(nc *nats.Conn, cfg ServiceConfig) (*Service, error) {
 		cfg:              cfg,
 		nc:               nc,
 		logger:           logger,
-		segmentSubject:   cfg.Prefix + ".segment.",
-		snowflakeSubject: cfg.Prefix + ".snowflake.",
+		subjects:         wire.Subjects{Prefix: cfg.Prefix},
+		segmentSubject:   wire.Subjects{Prefix: cfg.Prefix}.IDsPrefix(wire.Segment),
+		snowflakeSubject: wire.Subjects{Prefix: cfg.Prefix}.IDsPrefix(wire.Snowflake),
+		refused:          map[string]*atomic.Uint64{},
 		waiting:          make(chan struct{}, cfg.MaxWaiting),
+	}
+	s.guard = newReplyGuard(s.subjects, logger)
+	endpoints := s.endpoints()
+	for _, e := range endpoints {
+		s.refused[e.name] = new(atomic.Uint64) // before the stats handler can read the map
 	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        cfg.Prefix,
@@ -214,20 +189,9 @@ func NewService(nc *nats.Conn, cfg ServiceConfig) (*Service, error) {
 		return nil, fmt.Errorf("add micro service %q: %w", cfg.Prefix, err)
 	}
 	s.svc = svc
-	p := cfg.Prefix
-	endpoints := []struct {
-		name, subject string
-		handler       micro.HandlerFunc
-	}{
-		{"segment", p + ".segment.*", s.handleIDs(SegmentKind)},
-		{"snowflake", p + ".snowflake.*", s.handleIDs(SnowflakeKind)},
-		{"decode", p + ".decode.snowflake", s.handleDecode},
-		{"tags-add", p + ".admin.tags.add", s.admin(s.addTag)},
-		{"tags-list", p + ".admin.tags.list", s.admin(s.listTags)},
-		{"tags-update", p + ".admin.tags.update", s.admin(s.updateTag)},
-	}
 	for _, e := range endpoints {
-		if err := svc.AddEndpoint(e.name, e.handler, micro.WithEndpointSubject(e.subject)); err != nil {
+		h := s.guard.wrap(e.name, s.refused[e.name], e.handler)
+		if err := svc.AddEndpoint(e.name, h, micro.WithEndpointSubject(e.subject)); err != nil {
 			svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s on %q: %w", e.name, e.subject, err)
 		}
@@ -239,6 +203,24 @@ func NewService(nc *nats.Conn, cfg ServiceConfig) (*Service, error) {
 		return nil, fmt.Errorf("register service %q with the NATS server: %w", cfg.Prefix, err)
 	}
 	return s, nil
+}
+
+// endpoint is one subject of the service and its handler.
+type endpoint struct {
+	name, subject string
+	handler       micro.HandlerFunc
+}
+
+func (s *Service) endpoints() []endpoint {
+	sub := s.subjects
+	return []endpoint{
+		{"segment", sub.IDsWildcard(wire.Segment), s.handleIDs(wire.Segment)},
+		{"snowflake", sub.IDsWildcard(wire.Snowflake), s.handleIDs(wire.Snowflake)},
+		{"decode", sub.Decode(), s.handleDecode},
+		{"tags-add", sub.AdminTags("add"), s.admin(s.addTag)},
+		{"tags-list", sub.AdminTags("list"), s.admin(s.listTags)},
+		{"tags-update", sub.AdminTags("update"), s.admin(s.updateTag)},
+	}
 }
 
 // Info is the service's $SRV.INFO answer.
@@ -274,24 +256,24 @@ func (s *Service) stop() error {
 // handleIDs serves leaf.segment.<tag> and leaf.snowflake.<tag>. Everything here runs
 // on the endpoint's delivery goroutine, serially, so nothing here may wait on I/O: a
 // segment that is not in memory is waited for on a goroutine of its own.
-func (s *Service) handleIDs(kind Kind) micro.HandlerFunc {
+func (s *Service) handleIDs(kind wire.Kind) micro.HandlerFunc {
 	subjectPrefix, counters := s.segmentSubject, &s.segStats
-	if kind == SnowflakeKind {
+	if kind == wire.Snowflake {
 		subjectPrefix, counters = s.snowflakeSubject, &s.sfStats
 	}
 	return func(req micro.Request) {
 		subject := req.Subject()
 		tag := subject[min(len(subjectPrefix), len(subject)):]
-		if err := segment.CheckTagName(tag); err != nil {
+		if err := wire.CheckTag(tag); err != nil {
 			s.fail(req, counters, err)
 			return
 		}
-		n, err := parseCount(req.Data(), s.cfg.MaxBatch)
+		n, err := wire.ParseCount(req.Data(), s.cfg.MaxBatch)
 		if err != nil {
 			s.fail(req, counters, err)
 			return
 		}
-		enc, err := parseEncoding(req.Headers().Get(EncodingHeader))
+		enc, err := wire.ParseEncoding(req.Headers().Get(wire.EncodingHeader))
 		if err != nil {
 			s.fail(req, counters, err)
 			return
@@ -306,15 +288,15 @@ func (s *Service) handleIDs(kind Kind) micro.HandlerFunc {
 		}
 		ids := s.getIDs(n)
 		switch kind {
-		case SnowflakeKind:
+		case wire.Snowflake:
 			if s.cfg.Snowflakes == nil {
-				err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", ErrUnavailable)
+				err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
 			} else {
 				err = s.cfg.Snowflakes.Fill(ids)
 			}
 		default:
 			if s.cfg.Segments == nil {
-				err = fmt.Errorf("%w: segment IDs are not configured on this dispenser", ErrUnavailable)
+				err = fmt.Errorf("%w: segment IDs are not configured on this dispenser", wire.ErrUnavailable)
 				break
 			}
 			var ok bool
@@ -337,13 +319,13 @@ func (s *Service) handleIDs(kind Kind) micro.HandlerFunc {
 // the first time, or both buffers spent while the next segment loads) off the delivery
 // goroutine, so other tags keep being served meanwhile. It answers through the reply
 // subject, not req: micro reads req's state once the handler returns.
-func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc Encoding) {
+func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc wire.Encoding) {
 	select {
 	case s.waiting <- struct{}{}:
 	default:
 		s.putIDs(ids)
 		s.segStats.overloaded.Add(1)
-		s.fail(req, &s.segStats, fmt.Errorf("%w: %d requests are already waiting for segments", ErrUnavailable, s.cfg.MaxWaiting))
+		s.fail(req, &s.segStats, fmt.Errorf("%w: %d requests are already waiting for segments", wire.ErrUnavailable, s.cfg.MaxWaiting))
 		return
 	}
 	s.segStats.waited.Add(1)
@@ -356,20 +338,20 @@ func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc
 		defer cancel()
 		if err := s.cfg.Segments.Fill(ctx, tag, ids); err != nil {
 			if ctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
-				err = fmt.Errorf("%w: no segment for %q within %v: %w", ErrUnavailable, tag, s.cfg.WaitMax, err)
+				err = fmt.Errorf("%w: no segment for %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
 			}
 			s.putIDs(ids)
 			s.segStats.waitErrors.Add(1)
 			code, desc := s.describe(subject, &s.segStats, err)
 			s.publish(subject, &nats.Msg{Subject: reply, Header: nats.Header{
-				micro.ErrorCodeHeader: []string{strconv.Itoa(code)},
-				micro.ErrorHeader:     []string{desc},
+				wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
+				wire.ServiceErrorHeader:     []string{desc},
 			}})
 			return
 		}
 		s.segStats.idsIssued.Add(uint64(len(ids)))
-		bp := s.getBuf(len(ids) * maxTextID)
-		b := AppendIDs((*bp)[:0], ids, enc)
+		bp := s.getBuf(len(ids) * wire.MaxTextID)
+		b := wire.AppendIDs((*bp)[:0], ids, enc)
 		s.putIDs(ids)
 		s.publish(subject, &nats.Msg{Subject: reply, Data: b})
 		*bp = b
@@ -383,9 +365,9 @@ func (s *Service) publish(subject string, m *nats.Msg) {
 	}
 }
 
-func (s *Service) respondIDs(req micro.Request, ids []int64, enc Encoding) {
-	bp := s.getBuf(len(ids) * maxTextID)
-	b := AppendIDs((*bp)[:0], ids, enc)
+func (s *Service) respondIDs(req micro.Request, ids []int64, enc wire.Encoding) {
+	bp := s.getBuf(len(ids) * wire.MaxTextID)
+	b := wire.AppendIDs((*bp)[:0], ids, enc)
 	s.putIDs(ids)
 	s.respond(req, b) // the connection copies the reply into its write buffer
 	*bp = b
@@ -410,7 +392,7 @@ func (s *Service) fail(req micro.Request, counters *endpointCounters, err error)
 // describe turns err into its wire code and description, logging a 500 in full and
 // remembering the last refusal for the stats.
 func (s *Service) describe(subject string, counters *endpointCounters, err error) (int, string) {
-	code, desc := codeOf(err)
+	code, desc := CodeOf(err)
 	if code == 500 {
 		s.logger.Error("request failed", "subject", subject, "err", err)
 	}
@@ -439,17 +421,8 @@ func (s *Service) getBuf(n int) *[]byte {
 	return &b
 }
 
-// DecodedID is the reply of leaf.decode.snowflake.
-type DecodedID struct {
-	ID        string `json:"id"`
-	Timestamp int64  `json:"timestamp"`
-	Time      string `json:"time"`
-	WorkerID  int64  `json:"worker_id"`
-	Sequence  int64  `json:"sequence"`
-}
-
 func (s *Service) handleDecode(req micro.Request) {
-	id, err := parseID(req.Data())
+	id, err := wire.ParseID(req.Data())
 	if err != nil {
 		s.fail(req, nil, err)
 		return
@@ -459,7 +432,7 @@ func (s *Service) handleDecode(req micro.Request) {
 		s.fail(req, nil, err)
 		return
 	}
-	b, err := json.Marshal(DecodedID{
+	b, err := json.Marshal(wire.DecodedID{
 		ID:        strconv.FormatInt(d.ID, 10),
 		Timestamp: d.Timestamp,
 		Time:      d.Time().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
@@ -475,6 +448,9 @@ func (s *Service) handleDecode(req micro.Request) {
 
 func (s *Service) endpointStats(name string) any {
 	data := map[string]any{}
+	if r := s.refused[name]; r != nil && r.Load() > 0 {
+		data["refused_replies"] = r.Load()
+	}
 	var c *endpointCounters
 	switch name {
 	case "segment":

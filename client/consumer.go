@@ -1,17 +1,15 @@
-package pools
+package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // ErrNoPool is returned by NewConsumer and Fetch when the pool's stream or consumer does
@@ -40,7 +38,7 @@ var ErrBadBatch = errors.New("malformed batch in the pool stream")
 // confirmed ack leaves its batch to be redelivered; one that dies after loses it.
 //
 // The half window is computed from the consumer's ack wait when NewConsumer read it,
-// and never exceeds half of MinAckWait, so a later change of the ack wait to any value
+// and never exceeds half of wire.PoolMinAckWait, so a later change of the ack wait to any value
 // the dispensers allow keeps the rule safe.
 //
 // A Consumer's Next may be called from several goroutines.
@@ -55,20 +53,20 @@ type Consumer struct {
 }
 
 // NewConsumer looks up the pool's durable consumer in the stream of prefix.
-func NewConsumer(ctx context.Context, js jetstream.JetStream, prefix string, kind bus.Kind, tag string) (*Consumer, error) {
-	stream, name := StreamName(prefix), ConsumerName(kind, tag)
+func NewConsumer(ctx context.Context, js jetstream.JetStream, prefix string, kind wire.Kind, tag string) (*Consumer, error) {
+	stream, name := wire.Subjects{Prefix: prefix}.PoolStream(), wire.PoolConsumer(kind, tag)
 	cons, err := js.Consumer(ctx, stream, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("pools: consumer %s on %s: %w (%w)", name, stream, ErrNoPool, err)
+		return nil, fmt.Errorf("pool consumer: consumer %s on %s: %w (%w)", name, stream, ErrNoPool, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pools: consumer %s on %s: %w", name, stream, err)
+		return nil, fmt.Errorf("pool consumer: consumer %s on %s: %w", name, stream, err)
 	}
 	ackWait := cons.CachedInfo().Config.AckWait
 	if ackWait <= 0 {
-		return nil, fmt.Errorf("pools: consumer %s on %s has ack wait %v, not a pool consumer", name, stream, ackWait)
+		return nil, fmt.Errorf("pool consumer: consumer %s on %s has ack wait %v, not a pool consumer", name, stream, ackWait)
 	}
-	window := min(ackWait, MinAckWait) / 2
+	window := min(ackWait, wire.PoolMinAckWait) / 2
 	return &Consumer{
 		cons:    cons,
 		window:  window,
@@ -79,7 +77,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, prefix string, kin
 
 // Fetch takes one batch of the pool kind:tag of the stream of prefix: NewConsumer and
 // one Next. A job that takes many batches should keep a Consumer instead.
-func Fetch(ctx context.Context, js jetstream.JetStream, prefix string, kind bus.Kind, tag string) ([]int64, error) {
+func Fetch(ctx context.Context, js jetstream.JetStream, prefix string, kind wire.Kind, tag string) ([]int64, error) {
 	c, err := NewConsumer(ctx, js, prefix, kind, tag)
 	if err != nil {
 		return nil, err
@@ -103,10 +101,10 @@ func (c *Consumer) Next(ctx context.Context) ([]int64, error) {
 		if msg == nil {
 			continue // none ready within maxWait
 		}
-		ids, err := parseBatch(msg.Data())
+		ids, err := wire.DecodeIDs(nil, msg.Data(), wire.Text)
 		if err != nil {
 			_ = msg.Term()
-			return nil, fmt.Errorf("pools: message %s: %w: %w", msg.Subject(), ErrBadBatch, err)
+			return nil, fmt.Errorf("pool consumer: message %s: %w: %w", msg.Subject(), ErrBadBatch, err)
 		}
 		if ok := c.ack(ctx, msg, start); !ok {
 			c.dropped.Add(1)
@@ -129,7 +127,7 @@ func (c *Consumer) fetch(ctx context.Context) (jetstream.Msg, error) {
 		if d, ok := fctx.Deadline(); ok && !time.Now().Before(d) {
 			return nil, nil // expired before the pull went out: the caller checks ctx
 		}
-		return nil, fmt.Errorf("pools: fetch: %w", err)
+		return nil, fmt.Errorf("pool consumer: fetch: %w", err)
 	}
 	var msg jetstream.Msg
 	for m := range batch.Messages() {
@@ -144,7 +142,7 @@ func (c *Consumer) fetch(ctx context.Context) (jetstream.Msg, error) {
 	// A pull that expired empty is "none ready": the library hides the server's 408,
 	// and our own deadline shows as DeadlineExceeded.
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("pools: fetch: %w", err)
+		return nil, fmt.Errorf("pool consumer: fetch: %w", err)
 	}
 	return nil, nil
 }
@@ -177,33 +175,4 @@ type ConsumerStats struct {
 // Stats returns the Consumer's counts so far.
 func (c *Consumer) Stats() ConsumerStats {
 	return ConsumerStats{Used: c.used.Load(), Dropped: c.dropped.Load()}
-}
-
-// parseBatch reads a text body: decimal IDs separated by single newlines, positive and
-// strictly increasing (PROTOCOL.md "Getting IDs").
-func parseBatch(body []byte) ([]int64, error) {
-	if len(body) == 0 {
-		return nil, errors.New("empty body")
-	}
-	ids := make([]int64, 0, bytes.Count(body, []byte{'\n'})+1)
-	for len(body) > 0 {
-		field := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			field, body = body[:i], body[i+1:]
-			if len(body) == 0 {
-				return nil, errors.New("body ends with a newline")
-			}
-		} else {
-			body = nil
-		}
-		id, err := strconv.ParseInt(string(field), 10, 64)
-		if err != nil || id < 1 || field[0] == '+' {
-			return nil, fmt.Errorf("%q is not a positive ID", field)
-		}
-		if n := len(ids); n > 0 && id <= ids[n-1] {
-			return nil, fmt.Errorf("ID %d after %d: not strictly increasing", id, ids[n-1])
-		}
-		ids = append(ids, id)
-	}
-	return ids, nil
 }

@@ -1,4 +1,4 @@
-package bus
+package service
 
 import (
 	"bytes"
@@ -12,42 +12,15 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/wire"
 )
 
-// TagInfo is a tag as the admin subjects show it (PROTOCOL.md "Managing tags"). MaxID
-// is also given as a string because JSON readers that use doubles lose precision
-// above 2^53.
-type TagInfo struct {
-	Tag         string `json:"tag"`
-	MaxID       int64  `json:"max_id"`
-	MaxIDStr    string `json:"max_id_str"`
-	Step        int64  `json:"step"`
-	Description string `json:"description"`
-	UpdateTime  string `json:"update_time"`
-}
-
-// AddTagRequest is the body of leaf.admin.tags.add. Step is required; MaxID defaults to 1.
-type AddTagRequest struct {
-	Tag         string  `json:"tag"`
-	Step        *int64  `json:"step,omitempty"`
-	MaxID       *int64  `json:"max_id,omitempty"`
-	Description *string `json:"description,omitempty"`
-}
-
-// UpdateTagRequest is the body of leaf.admin.tags.update: the tag and at least one of
-// step and description.
-type UpdateTagRequest struct {
-	Tag         string  `json:"tag"`
-	Step        *int64  `json:"step,omitempty"`
-	Description *string `json:"description,omitempty"`
-}
-
-func tagInfo(t segment.Tag) TagInfo {
+func tagInfo(t segment.Tag) wire.TagInfo {
 	var ut string
 	if !t.UpdateTime.IsZero() {
 		ut = t.UpdateTime.UTC().Format(time.RFC3339)
 	}
-	return TagInfo{
+	return wire.TagInfo{
 		Tag:         t.Name,
 		MaxID:       t.MaxID,
 		MaxIDStr:    strconv.FormatInt(t.MaxID, 10),
@@ -63,13 +36,13 @@ func tagInfo(t segment.Tag) TagInfo {
 func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)) micro.HandlerFunc {
 	return func(req micro.Request) {
 		if s.cfg.Tags == nil {
-			s.fail(req, nil, fmt.Errorf("%w: tag admin is not configured on this dispenser", ErrUnavailable))
+			s.fail(req, nil, fmt.Errorf("%w: tag admin is not configured on this dispenser", wire.ErrUnavailable))
 			return
 		}
 		select {
 		case s.waiting <- struct{}{}:
 		default:
-			s.fail(req, nil, fmt.Errorf("%w: %d requests are already waiting", ErrUnavailable, s.cfg.MaxWaiting))
+			s.fail(req, nil, fmt.Errorf("%w: %d requests are already waiting", wire.ErrUnavailable, s.cfg.MaxWaiting))
 			return
 		}
 		body := bytes.Clone(req.Data())
@@ -88,8 +61,8 @@ func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)
 			if err != nil {
 				code, desc := s.describe(subject, nil, err)
 				m.Header = nats.Header{
-					micro.ErrorCodeHeader: []string{strconv.Itoa(code)},
-					micro.ErrorHeader:     []string{desc},
+					wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
+					wire.ServiceErrorHeader:     []string{desc},
 				}
 				m.Data = nil
 			}
@@ -102,26 +75,26 @@ func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)
 // must not silently do nothing) and trailing data.
 func decodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return badRequest("empty body: want a JSON object")
+		return wire.BadRequest("empty body: want a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("body is not a valid JSON object for this subject: %v", err)
+		return wire.BadRequest("body is not a valid JSON object for this subject: %v", err)
 	}
 	if dec.More() {
-		return badRequest("body holds more than one JSON value")
+		return wire.BadRequest("body holds more than one JSON value")
 	}
 	return nil
 }
 
 func (s *Service) addTag(ctx context.Context, body []byte) (any, error) {
-	var r AddTagRequest
+	var r wire.AddTagRequest
 	if err := decodeStrict(body, &r); err != nil {
 		return nil, err
 	}
 	if r.Step == nil {
-		return nil, badRequest("step is required (1 to %d)", segment.MaxStoredStep)
+		return nil, wire.BadRequest("step is required (1 to %d)", segment.MaxStoredStep)
 	}
 	t := segment.Tag{Name: r.Tag, Step: *r.Step, MaxID: 1}
 	if r.MaxID != nil {
@@ -146,7 +119,7 @@ func (s *Service) listTags(ctx context.Context, _ []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list tags: %w", err)
 	}
-	out := make([]TagInfo, 0, len(tags))
+	out := make([]wire.TagInfo, 0, len(tags))
 	for _, t := range tags {
 		out = append(out, tagInfo(t))
 	}
@@ -154,7 +127,7 @@ func (s *Service) listTags(ctx context.Context, _ []byte) (any, error) {
 }
 
 func (s *Service) updateTag(ctx context.Context, body []byte) (any, error) {
-	var r UpdateTagRequest
+	var r wire.UpdateTagRequest
 	if err := decodeStrict(body, &r); err != nil {
 		return nil, err
 	}
@@ -162,7 +135,7 @@ func (s *Service) updateTag(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	if r.Step == nil && r.Description == nil {
-		return nil, badRequest("nothing to update for tag %q: give step and/or description", r.Tag)
+		return nil, wire.BadRequest("nothing to update for tag %q: give step and/or description", r.Tag)
 	}
 	// Validate the new values as a whole tag would be validated.
 	probe := segment.Tag{Name: r.Tag, Step: 1, MaxID: 1}

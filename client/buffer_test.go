@@ -1,4 +1,4 @@
-package bus_test
+package client_test
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 )
 
-// startBufferDispenser runs a real bus.Service with a segment generator on an in-memory
+// startBufferDispenser runs a real service.Service with a segment generator on an in-memory
 // store (tag "orders") and a snowflake generator, on a fresh NATS server. Everything
 // stops at cleanup, the service first.
 func startBufferDispenser(tb testing.TB) *testenv.NATS {
@@ -52,26 +54,26 @@ func startBufferDispenser(tb testing.TB) *testenv.NATS {
 	if err != nil {
 		tb.Fatalf("snowflake.New: %v", err)
 	}
-	cfg := bus.DefaultServiceConfig()
+	cfg := service.DefaultConfig()
 	cfg.Segments, cfg.Snowflakes = segs, sfs
-	svc, err := bus.NewService(ns.Connect(tb), cfg)
+	svc, err := service.New(ns.Connect(tb), cfg)
 	if err != nil {
-		tb.Fatalf("bus.NewService: %v", err)
+		tb.Fatalf("service.New: %v", err)
 	}
 	tb.Cleanup(func() { svc.Stop() })
 	return ns
 }
 
-func newBufferClient(tb testing.TB, nc *nats.Conn, opts ...bus.ClientOption) *bus.Client {
+func newBufferClient(tb testing.TB, nc *nats.Conn, opts ...client.ClientOption) *client.Client {
 	tb.Helper()
-	c, err := bus.NewClient(nc, opts...)
+	c, err := client.NewClient(nc, opts...)
 	if err != nil {
 		tb.Fatalf("NewClient: %v", err)
 	}
 	return c
 }
 
-func mustBuffer(tb testing.TB, c *bus.Client, kind bus.Kind, tag string, opts bus.BufferOptions) *bus.Buffer {
+func mustBuffer(tb testing.TB, c *client.Client, kind wire.Kind, tag string, opts client.BufferOptions) *client.Buffer {
 	tb.Helper()
 	b, err := c.Buffer(kind, tag, opts)
 	if err != nil {
@@ -82,7 +84,7 @@ func mustBuffer(tb testing.TB, c *bus.Client, kind bus.Kind, tag string, opts bu
 }
 
 // waitLen polls b.Len until ok, failing after 5s.
-func waitLen(tb testing.TB, b *bus.Buffer, what string, ok func(int) bool) {
+func waitLen(tb testing.TB, b *client.Buffer, what string, ok func(int) bool) {
 	tb.Helper()
 	deadline := time.After(5 * time.Second)
 	for !ok(b.Len()) {
@@ -99,18 +101,18 @@ func TestBufferOptions(t *testing.T) {
 	c := newBufferClient(t, ns.Connect(t))
 	tests := []struct {
 		name    string
-		kind    bus.Kind
-		opts    bus.BufferOptions
+		kind    wire.Kind
+		opts    client.BufferOptions
 		wantErr bool
 	}{
-		{"OK/Defaults", bus.SegmentKind, bus.BufferOptions{}, false},
-		{"OK/LowWaterAtBound", bus.SegmentKind, bus.BufferOptions{Batch: 10, Batches: 3, LowWater: 21}, false},
-		{"Err/LowWaterOverBound", bus.SegmentKind, bus.BufferOptions{Batch: 10, Batches: 3, LowWater: 22}, true},
-		{"Err/NegativeBatch", bus.SegmentKind, bus.BufferOptions{Batch: -1}, true},
-		{"Err/BatchOverLimit", bus.SegmentKind, bus.BufferOptions{Batch: bus.MaxBatchLimit + 1}, true},
-		{"Err/TooManyIDsHeld", bus.SegmentKind, bus.BufferOptions{Batch: 1000, Batches: 1001}, true},
-		{"Err/NegativeRetry", bus.SegmentKind, bus.BufferOptions{RetryMax: -time.Second}, true},
-		{"Err/Kind", bus.Kind(9), bus.BufferOptions{}, true},
+		{"OK/Defaults", wire.Segment, client.BufferOptions{}, false},
+		{"OK/LowWaterAtBound", wire.Segment, client.BufferOptions{Batch: 10, Batches: 3, LowWater: 21}, false},
+		{"Err/LowWaterOverBound", wire.Segment, client.BufferOptions{Batch: 10, Batches: 3, LowWater: 22}, true},
+		{"Err/NegativeBatch", wire.Segment, client.BufferOptions{Batch: -1}, true},
+		{"Err/BatchOverLimit", wire.Segment, client.BufferOptions{Batch: wire.MaxBatchLimit + 1}, true},
+		{"Err/TooManyIDsHeld", wire.Segment, client.BufferOptions{Batch: 1000, Batches: 1001}, true},
+		{"Err/NegativeRetry", wire.Segment, client.BufferOptions{RetryMax: -time.Second}, true},
+		{"Err/Kind", wire.Kind(9), client.BufferOptions{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,9 +132,9 @@ func TestBufferOptions(t *testing.T) {
 func TestBufferConcurrentNext(t *testing.T) {
 	ns := startBufferDispenser(t)
 	c := newBufferClient(t, ns.Connect(t))
-	for _, kind := range []bus.Kind{bus.SegmentKind, bus.SnowflakeKind} {
+	for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
 		t.Run(kind.String(), func(t *testing.T) {
-			b := mustBuffer(t, c, kind, "orders", bus.BufferOptions{Batch: 100, Batches: 3})
+			b := mustBuffer(t, c, kind, "orders", client.BufferOptions{Batch: 100, Batches: 3})
 			const goroutines, each = 16, 1000
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
@@ -184,8 +186,8 @@ func TestBufferConcurrentNext(t *testing.T) {
 // holds more than its bound.
 func TestBufferServesFromMemory(t *testing.T) {
 	ns := startBufferDispenser(t)
-	c := newBufferClient(t, ns.Connect(t), bus.WithTimeout(time.Second))
-	b := mustBuffer(t, c, bus.SegmentKind, "orders", bus.BufferOptions{Batch: 50, Batches: 4, LowWater: 100})
+	c := newBufferClient(t, ns.Connect(t), client.WithTimeout(time.Second))
+	b := mustBuffer(t, c, wire.Segment, "orders", client.BufferOptions{Batch: 50, Batches: 4, LowWater: 100})
 	// Once under 100 it fetches 50 at a time: it settles at 100..149 IDs, never 200.
 	waitLen(t, b, "the first fetches", func(n int) bool { return n >= 100 })
 	if n := b.Len(); n >= 150 {
@@ -232,17 +234,17 @@ func TestBufferErrors(t *testing.T) {
 	nc := ns.Connect(t)
 	tests := []struct {
 		name    string
-		client  *bus.Client
+		client  *client.Client
 		tag     string
 		wantErr error
 	}{
-		{"ErrNotFound", newBufferClient(t, nc), "missing", bus.ErrNotFound},
-		{"ErrBadRequest", newBufferClient(t, nc), "bad%tag", bus.ErrBadRequest},
-		{"ErrNoResponders", newBufferClient(t, nc, bus.WithPrefix("nobody")), "orders", nats.ErrNoResponders},
+		{"ErrNotFound", newBufferClient(t, nc), "missing", wire.ErrNotFound},
+		{"ErrBadRequest", newBufferClient(t, nc), "bad%tag", wire.ErrBadRequest},
+		{"ErrNoResponders", newBufferClient(t, nc, client.WithPrefix("nobody")), "orders", nats.ErrNoResponders},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustBuffer(t, tt.client, bus.SegmentKind, tt.tag, bus.BufferOptions{Batch: 10, RetryMax: 10 * time.Millisecond})
+			b := mustBuffer(t, tt.client, wire.Segment, tt.tag, client.BufferOptions{Batch: 10, RetryMax: 10 * time.Millisecond})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err := b.Next(ctx)
@@ -252,9 +254,9 @@ func TestBufferErrors(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Next error = %v, want %v", err, tt.wantErr)
 			}
-			var reply *bus.Error
+			var reply *wire.Error
 			if isReply := errors.As(err, &reply); isReply != (tt.wantErr != nats.ErrNoResponders) {
-				t.Fatalf("Next error = %v: errors.As(*bus.Error) = %v, want it for a dispenser's error reply only", err, isReply)
+				t.Fatalf("Next error = %v: errors.As(*wire.Error) = %v, want it for a dispenser's error reply only", err, isReply)
 			}
 			if ctx.Err() != nil {
 				t.Fatalf("Next waited for its context instead of returning the fetch error: %v", err)
@@ -275,8 +277,8 @@ func TestBufferClose(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	defer sub.Unsubscribe()
-	c := newBufferClient(t, ns.Connect(t), bus.WithTimeout(time.Minute))
-	b, err := c.Buffer(bus.SegmentKind, "slow", bus.BufferOptions{})
+	c := newBufferClient(t, ns.Connect(t), client.WithTimeout(time.Minute))
+	b, err := c.Buffer(wire.Segment, "slow", client.BufferOptions{})
 	if err != nil {
 		t.Fatalf("Client.Buffer: %v", err)
 	}
@@ -295,13 +297,13 @@ func TestBufferClose(t *testing.T) {
 	}
 	select {
 	case err := <-nextErr:
-		if !errors.Is(err, bus.ErrBufferClosed) {
+		if !errors.Is(err, client.ErrBufferClosed) {
 			t.Fatalf("waiting Next after Close = %v, want ErrBufferClosed", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("a waiting Next was not woken by Close within 5s")
 	}
-	if _, err := b.Next(context.Background()); !errors.Is(err, bus.ErrBufferClosed) {
+	if _, err := b.Next(context.Background()); !errors.Is(err, client.ErrBufferClosed) {
 		t.Fatalf("Next after Close = %v, want ErrBufferClosed", err)
 	}
 	b.Close() // a second Close is harmless
@@ -317,8 +319,8 @@ func TestBufferNextContext(t *testing.T) {
 		t.Fatalf("Subscribe: %v", err)
 	}
 	defer sub.Unsubscribe()
-	c := newBufferClient(t, ns.Connect(t), bus.WithTimeout(time.Minute))
-	b := mustBuffer(t, c, bus.SnowflakeKind, "slow", bus.BufferOptions{})
+	c := newBufferClient(t, ns.Connect(t), client.WithTimeout(time.Minute))
+	b := mustBuffer(t, c, wire.Snowflake, "slow", client.BufferOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, err := b.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -331,9 +333,9 @@ func TestBufferNextContext(t *testing.T) {
 func BenchmarkBufferNext(b *testing.B) {
 	ns := startBufferDispenser(b)
 	c := newBufferClient(b, ns.Connect(b))
-	for _, kind := range []bus.Kind{bus.SegmentKind, bus.SnowflakeKind} {
+	for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
 		b.Run(kind.String(), func(b *testing.B) {
-			buf := mustBuffer(b, c, kind, "orders", bus.BufferOptions{Batch: 1000, Batches: 4, LowWater: 2000})
+			buf := mustBuffer(b, c, kind, "orders", client.BufferOptions{Batch: 1000, Batches: 4, LowWater: 2000})
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

@@ -1,4 +1,4 @@
-package bus
+package client
 
 import (
 	"context"
@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Client asks dispensers for IDs over NATS request/reply: the protocol of PROTOCOL.md
 // in Go. It is safe for concurrent use. Error replies come back as *Error, which
-// matches ErrBadRequest, ErrNotFound, ErrConflict, ErrUnavailable and ErrInternal with
+// matches wire.ErrBadRequest, ErrNotFound, ErrConflict, ErrUnavailable and ErrInternal with
 // errors.Is; no dispenser running gives nats.ErrNoResponders.
 type Client struct {
 	nc      *nats.Conn
 	prefix  string
 	timeout time.Duration
-	enc     Encoding
+	enc     wire.Encoding
 }
 
 // ClientOption changes a Client's defaults.
@@ -28,7 +29,7 @@ type ClientOption func(*Client) error
 // WithPrefix talks to the dispensers of another prefix than "leaf".
 func WithPrefix(p string) ClientOption {
 	return func(c *Client) error {
-		if err := CheckPrefix(p); err != nil {
+		if err := wire.CheckPrefix(p); err != nil {
 			return err
 		}
 		c.prefix = p
@@ -47,11 +48,11 @@ func WithTimeout(d time.Duration) ClientOption {
 	}
 }
 
-// WithEncoding sets the reply encoding the client asks for (default Binary, the
-// cheaper one to encode and parse; Text is what a human sees with `nats req`).
-func WithEncoding(e Encoding) ClientOption {
+// WithEncoding sets the reply encoding the client asks for (default wire.Binary, the
+// cheaper one to encode and parse; wire.Text is what a human sees with `nats req`).
+func WithEncoding(e wire.Encoding) ClientOption {
 	return func(c *Client) error {
-		if e != Text && e != Binary {
+		if e != wire.Text && e != wire.Binary {
 			return fmt.Errorf("encoding %d: want Text or Binary", e)
 		}
 		c.enc = e
@@ -61,7 +62,7 @@ func WithEncoding(e Encoding) ClientOption {
 
 // NewClient returns a client on nc; nc stays the caller's to close.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	c := &Client{nc: nc, prefix: "leaf", timeout: 5 * time.Second, enc: Binary}
+	c := &Client{nc: nc, prefix: "leaf", timeout: 5 * time.Second, enc: wire.Binary}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -72,31 +73,31 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 
 // Segment returns one ID of biz tag tag.
 func (c *Client) Segment(ctx context.Context, tag string) (int64, error) {
-	return c.one(ctx, SegmentKind, tag)
+	return c.one(ctx, wire.Segment, tag)
 }
 
 // SegmentN returns n IDs of tag, strictly increasing.
 func (c *Client) SegmentN(ctx context.Context, tag string, n int) ([]int64, error) {
-	return c.ids(ctx, SegmentKind, tag, n, nil)
+	return c.ids(ctx, wire.Segment, tag, n, nil)
 }
 
 // Snowflake returns one snowflake ID; tag labels the caller in the dispenser's stats.
 func (c *Client) Snowflake(ctx context.Context, tag string) (int64, error) {
-	return c.one(ctx, SnowflakeKind, tag)
+	return c.one(ctx, wire.Snowflake, tag)
 }
 
 // SnowflakeN returns n snowflake IDs, strictly increasing.
 func (c *Client) SnowflakeN(ctx context.Context, tag string, n int) ([]int64, error) {
-	return c.ids(ctx, SnowflakeKind, tag, n, nil)
+	return c.ids(ctx, wire.Snowflake, tag, n, nil)
 }
 
 // Fill fills dst with len(dst) IDs of the kind and tag, in one request.
-func (c *Client) Fill(ctx context.Context, kind Kind, tag string, dst []int64) error {
+func (c *Client) Fill(ctx context.Context, kind wire.Kind, tag string, dst []int64) error {
 	_, err := c.ids(ctx, kind, tag, len(dst), dst)
 	return err
 }
 
-func (c *Client) one(ctx context.Context, kind Kind, tag string) (int64, error) {
+func (c *Client) one(ctx context.Context, kind wire.Kind, tag string) (int64, error) {
 	var one [1]int64
 	if _, err := c.ids(ctx, kind, tag, 1, one[:]); err != nil {
 		return 0, err
@@ -104,16 +105,16 @@ func (c *Client) one(ctx context.Context, kind Kind, tag string) (int64, error) 
 	return one[0], nil
 }
 
-func (c *Client) ids(ctx context.Context, kind Kind, tag string, n int, dst []int64) ([]int64, error) {
+func (c *Client) ids(ctx context.Context, kind wire.Kind, tag string, n int, dst []int64) ([]int64, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("%w: count %d: want at least 1", ErrBadRequest, n)
+		return nil, fmt.Errorf("%w: count %d: want at least 1", wire.ErrBadRequest, n)
 	}
 	msg := nats.NewMsg(c.prefix + "." + kind.String() + "." + tag)
 	if n > 1 {
 		msg.Data = strconv.AppendInt(nil, int64(n), 10)
 	}
-	if c.enc == Binary {
-		msg.Header.Set(EncodingHeader, "binary")
+	if c.enc == wire.Binary {
+		msg.Header.Set(wire.EncodingHeader, "binary")
 	}
 	reply, err := c.request(ctx, msg)
 	if err != nil {
@@ -122,42 +123,45 @@ func (c *Client) ids(ctx context.Context, kind Kind, tag string, n int, dst []in
 	if dst == nil {
 		dst = make([]int64, 0, n)
 	}
-	ids, err := decodeIDs(reply.Data, c.enc, n, dst)
+	ids, err := wire.DecodeIDs(dst[:0], reply.Data, c.enc)
+	if err == nil && len(ids) != n {
+		err = fmt.Errorf("%w: %d IDs, asked for %d", wire.ErrBadReply, len(ids), n)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s IDs for %q: bad reply: %w", kind, tag, err)
+		return nil, fmt.Errorf("%s IDs for %q: %w", kind, tag, err)
 	}
 	return ids, nil
 }
 
 // Decode asks a dispenser to take a snowflake ID apart with its layout.
-func (c *Client) Decode(ctx context.Context, id int64) (DecodedID, error) {
-	var d DecodedID
+func (c *Client) Decode(ctx context.Context, id int64) (wire.DecodedID, error) {
+	var d wire.DecodedID
 	msg := nats.NewMsg(c.prefix + ".decode.snowflake")
 	msg.Data = strconv.AppendInt(nil, id, 10)
 	err := c.call(ctx, msg, &d)
 	if err != nil {
-		return DecodedID{}, fmt.Errorf("decode %d: %w", id, err)
+		return wire.DecodedID{}, fmt.Errorf("decode %d: %w", id, err)
 	}
 	return d, nil
 }
 
 // AddTag creates a segment tag (ErrConflict if it exists).
-func (c *Client) AddTag(ctx context.Context, r AddTagRequest) (TagInfo, error) {
-	var t TagInfo
+func (c *Client) AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, error) {
+	var t wire.TagInfo
 	err := c.callJSON(ctx, "add", r, &t)
 	return t, err
 }
 
 // Tags lists the segment tags, sorted by name.
-func (c *Client) Tags(ctx context.Context) ([]TagInfo, error) {
-	var ts []TagInfo
+func (c *Client) Tags(ctx context.Context) ([]wire.TagInfo, error) {
+	var ts []wire.TagInfo
 	err := c.callJSON(ctx, "list", nil, &ts)
 	return ts, err
 }
 
 // UpdateTag changes a tag's step and/or description (ErrNotFound if it does not exist).
-func (c *Client) UpdateTag(ctx context.Context, r UpdateTagRequest) (TagInfo, error) {
-	var t TagInfo
+func (c *Client) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.TagInfo, error) {
+	var t wire.TagInfo
 	err := c.callJSON(ctx, "update", r, &t)
 	return t, err
 }
@@ -199,7 +203,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := replyError(reply.Header.Get(micro.ErrorCodeHeader), reply.Header.Get(micro.ErrorHeader)); err != nil {
+	if err := wire.ReplyError(reply.Header.Get(wire.ServiceErrorCodeHeader), reply.Header.Get(wire.ServiceErrorHeader)); err != nil {
 		return nil, err
 	}
 	return reply, nil

@@ -1,4 +1,4 @@
-package bus
+package client
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // ErrBufferClosed is returned by Buffer.Next once the buffer is closed.
@@ -42,10 +44,10 @@ func (o *BufferOptions) setDefaults() error {
 		o.RetryMax = 2 * time.Second
 	}
 	switch {
-	case o.Batch < 1 || o.Batch > MaxBatchLimit:
-		return fmt.Errorf("buffer batch %d: want 1 to %d", o.Batch, MaxBatchLimit)
-	case o.Batches < 1 || o.Batches > MaxBatchLimit/o.Batch:
-		return fmt.Errorf("buffer batches %d: want 1 to %d with batch %d (at most %d IDs held)", o.Batches, MaxBatchLimit/o.Batch, o.Batch, MaxBatchLimit)
+	case o.Batch < 1 || o.Batch > wire.MaxBatchLimit:
+		return fmt.Errorf("buffer batch %d: want 1 to %d", o.Batch, wire.MaxBatchLimit)
+	case o.Batches < 1 || o.Batches > wire.MaxBatchLimit/o.Batch:
+		return fmt.Errorf("buffer batches %d: want 1 to %d with batch %d (at most %d IDs held)", o.Batches, wire.MaxBatchLimit/o.Batch, o.Batch, wire.MaxBatchLimit)
 	case o.LowWater < 1 || o.LowWater > (o.Batches-1)*o.Batch+1:
 		return fmt.Errorf("buffer low water %d: want 1 to %d with batch %d and batches %d", o.LowWater, (o.Batches-1)*o.Batch+1, o.Batch, o.Batches)
 	case o.RetryMax < 0:
@@ -71,7 +73,7 @@ func (o *BufferOptions) setDefaults() error {
 //     empty; until then it serves what it holds.
 type Buffer struct {
 	c    *Client
-	kind Kind
+	kind wire.Kind
 	tag  string
 	opts BufferOptions
 
@@ -91,9 +93,9 @@ type Buffer struct {
 
 // Buffer starts a buffer of kind and tag IDs; the first batch is asked for at once.
 // Close it to stop its goroutine.
-func (c *Client) Buffer(kind Kind, tag string, opts BufferOptions) (*Buffer, error) {
-	if kind != SegmentKind && kind != SnowflakeKind {
-		return nil, fmt.Errorf("buffer kind %d: want SegmentKind or SnowflakeKind", kind)
+func (c *Client) Buffer(kind wire.Kind, tag string, opts BufferOptions) (*Buffer, error) {
+	if kind != wire.Segment && kind != wire.Snowflake {
+		return nil, fmt.Errorf("buffer kind %d: want wire.Segment or wire.Snowflake", kind)
 	}
 	if err := opts.setDefaults(); err != nil {
 		return nil, err

@@ -1,0 +1,42 @@
+package wire
+
+// The JSON shapes of the admin and decode subjects (PROTOCOL.md "Managing tags" and
+// "Decoding a snowflake ID").
+
+// TagInfo is a tag as the admin subjects show it. MaxID is also given as a string
+// because JSON readers that use doubles lose precision above 2^53.
+type TagInfo struct {
+	Tag         string `json:"tag"`
+	MaxID       int64  `json:"max_id"`
+	MaxIDStr    string `json:"max_id_str"`
+	Step        int64  `json:"step"`
+	Description string `json:"description"`
+	UpdateTime  string `json:"update_time"`
+}
+
+// AddTagRequest is the body of <prefix>.admin.tags.add. Step is required; MaxID
+// defaults to 1.
+type AddTagRequest struct {
+	Tag         string  `json:"tag"`
+	Step        *int64  `json:"step,omitempty"`
+	MaxID       *int64  `json:"max_id,omitempty"`
+	Description *string `json:"description,omitempty"`
+}
+
+// UpdateTagRequest is the body of <prefix>.admin.tags.update: the tag and at least one
+// of step and description.
+type UpdateTagRequest struct {
+	Tag         string  `json:"tag"`
+	Step        *int64  `json:"step,omitempty"`
+	Description *string `json:"description,omitempty"`
+}
+
+// DecodedID is the reply of <prefix>.decode.snowflake. Timestamp is Unix milliseconds
+// (the epoch already added back); Time is the same instant in RFC 3339 with milliseconds.
+type DecodedID struct {
+	ID        string `json:"id"`
+	Timestamp int64  `json:"timestamp"`
+	Time      string `json:"time"`
+	WorkerID  int64  `json:"worker_id"`
+	Sequence  int64  `json:"sequence"`
+}
