@@ -7,7 +7,7 @@ GO ?= go
 DEPS_PKGS := mariadb-server mariadb-client zookeeper
 DEPS_FILES := /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/share/java/zookeeper.jar
 
-.PHONY: all test deps build vet fmt bench
+.PHONY: all test deps build vet fmt bench fuzz
 
 all: build
 
@@ -40,6 +40,19 @@ fmt:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=2s
+
+# fuzz: each Go fuzz target in turn (the protocol's parsers and name rules, the admin
+# bodies). make test runs them for 2 s each; make fuzz FUZZTIME=10m digs deeper. A
+# failure leaves the input under the package's testdata/fuzz, where it stays a test.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := wire:FuzzParseCount wire:FuzzParseID wire:FuzzDecodeIDs wire:FuzzNames service:FuzzAdminBodies
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; log=$$(mktemp); \
+		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg >"$$log" 2>&1 || { cat "$$log"; exit 1; }; \
+	done
 
 # bench: the Go benchmarks (BENCHMARKS.md explains each number and cmd/bench).
 bench:
