@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,6 +24,7 @@ type Client struct {
 	prefix  string
 	timeout time.Duration
 	enc     wire.Encoding
+	allowed sync.Map // subjects a request has already reached a dispenser on
 }
 
 // ClientOption changes a Client's defaults.
@@ -192,19 +196,63 @@ func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
 	return nil
 }
 
-// request sends msg and turns a service error reply into *Error.
+// request sends msg and turns a service error reply into *Error. The first request on
+// each subject goes the careful way (see checkedRequest), so that a request this
+// connection is not allowed to make fails at once, naming the permission, instead of
+// timing out; later ones take nats.go's shared-inbox path.
 func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	var reply *nats.Msg
+	var err error
+	if _, ok := c.allowed.Load(msg.Subject); ok {
+		reply, err = c.nc.RequestMsgWithContext(ctx, msg)
+	} else if reply, err = c.checkedRequest(ctx, msg); err == nil {
+		c.allowed.Store(msg.Subject, struct{}{})
+	}
 	if err != nil {
 		return nil, err
 	}
 	if err := wire.ReplyError(reply.Header.Get(wire.ServiceErrorCodeHeader), reply.Header.Get(wire.ServiceErrorHeader)); err != nil {
 		return nil, err
+	}
+	return reply, nil
+}
+
+// checkedRequest sends msg on an inbox of its own and makes a round trip to the server
+// before waiting for the answer. A NATS server refuses a publish or a subscription the
+// user may not make with an asynchronous -ERR sent before the round trip's PONG, so once
+// the flush returns, nats.go has recorded any refusal as the connection's last error.
+func (c *Client) checkedRequest(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	before := c.nc.LastError()
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	msg.Reply = inbox
+	if err := c.nc.PublishMsg(msg); err != nil {
+		return nil, err
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.nc.LastError(); err != before && errors.Is(err, nats.ErrPermissionViolation) &&
+		(strings.Contains(err.Error(), `"`+msg.Subject+`"`) || strings.Contains(err.Error(), `"`+inbox+`"`)) {
+		return nil, fmt.Errorf("%w (the NATS server refused it: check this user's permissions)", err)
+	}
+	reply, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Without a responder the server answers with a bare 503 status (the
+	// no-responders feature); nats.go's own Request turns that into ErrNoResponders.
+	if len(reply.Data) == 0 && reply.Header.Get("Status") == "503" {
+		return nil, nats.ErrNoResponders
 	}
 	return reply, nil
 }
