@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,8 +25,16 @@ type Client struct {
 	prefix  string
 	timeout time.Duration
 	enc     wire.Encoding
-	allowed sync.Map // subjects a request has already reached a dispenser on
+	hedge   time.Duration // 0: never send a request again
+	allowed sync.Map      // subjects a request has already reached a dispenser on
+	hedged  atomic.Uint64
 }
+
+// DefaultHedge is how long an ID request waits for its answer before it is sent again.
+// A dispenser answers in well under a millisecond; one that has not answered in 50 ms is
+// paused (GC, SIGSTOP, a VM pause) or gone, and another member of the queue group will
+// answer the copy.
+const DefaultHedge = 50 * time.Millisecond
 
 // ClientOption changes a Client's defaults.
 type ClientOption func(*Client) error
@@ -52,6 +61,20 @@ func WithTimeout(d time.Duration) ClientOption {
 	}
 }
 
+// WithHedge sets how long an ID or decode request waits for an answer before the client
+// sends it again (default DefaultHedge; 0 turns it off). IDs are cheap: an answer that
+// comes late to a request already sent again is dropped, and its IDs are a gap, never a
+// duplicate. Admin calls are never sent twice.
+func WithHedge(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d < 0 {
+			return fmt.Errorf("client hedge delay %v: want >= 0 (0: off)", d)
+		}
+		c.hedge = d
+		return nil
+	}
+}
+
 // WithEncoding sets the reply encoding the client asks for (default wire.Binary, the
 // cheaper one to encode and parse; wire.Text is what a human sees with `nats req`).
 func WithEncoding(e wire.Encoding) ClientOption {
@@ -66,7 +89,7 @@ func WithEncoding(e wire.Encoding) ClientOption {
 
 // NewClient returns a client on nc; nc stays the caller's to close.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	c := &Client{nc: nc, prefix: "leaf", timeout: 5 * time.Second, enc: wire.Binary}
+	c := &Client{nc: nc, prefix: wire.DefaultPrefix, timeout: 5 * time.Second, enc: wire.Binary, hedge: DefaultHedge}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
@@ -120,7 +143,7 @@ func (c *Client) ids(ctx context.Context, kind wire.Kind, tag string, n int, dst
 	if c.enc == wire.Binary {
 		msg.Header.Set(wire.EncodingHeader, "binary")
 	}
-	reply, err := c.request(ctx, msg)
+	reply, err := c.requestHedged(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("%s IDs for %q: %w", kind, tag, err)
 	}
@@ -142,7 +165,7 @@ func (c *Client) Decode(ctx context.Context, id int64) (wire.DecodedID, error) {
 	var d wire.DecodedID
 	msg := nats.NewMsg(c.prefix + ".decode.snowflake")
 	msg.Data = strconv.AppendInt(nil, id, 10)
-	err := c.call(ctx, msg, &d)
+	err := c.callWith(ctx, c.requestHedged, msg, &d)
 	if err != nil {
 		return wire.DecodedID{}, fmt.Errorf("decode %d: %w", id, err)
 	}
@@ -186,7 +209,11 @@ func (c *Client) callJSON(ctx context.Context, op string, body, out any) error {
 }
 
 func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
-	reply, err := c.request(ctx, msg)
+	return c.callWith(ctx, c.request, msg, out)
+}
+
+func (c *Client) callWith(ctx context.Context, request func(context.Context, *nats.Msg) (*nats.Msg, error), msg *nats.Msg, out any) error {
+	reply, err := request(ctx, msg)
 	if err != nil {
 		return err
 	}
@@ -195,6 +222,35 @@ func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
 	}
 	return nil
 }
+
+// requestHedged is request for calls that may be answered twice (IDs, decode): while
+// ctx allows, a request not answered within the hedge delay is sent again, so that a
+// paused or hung member of the queue group costs its callers milliseconds, not their
+// whole timeout. A request that reached no dispenser at all (no responders) or that a
+// dispenser answered, even with an error, is not sent again.
+func (c *Client) requestHedged(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	if c.hedge <= 0 {
+		return c.request(ctx, msg)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	for {
+		try, cancel := context.WithTimeout(ctx, c.hedge)
+		reply, err := c.request(try, msg)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return reply, err
+		}
+		c.hedged.Add(1)
+	}
+}
+
+// Hedged is how many requests this client has sent again because no answer came within
+// the hedge delay.
+func (c *Client) Hedged() uint64 { return c.hedged.Load() }
 
 // request sends msg and turns a service error reply into *Error. The first request on
 // each subject goes the careful way (see checkedRequest), so that a request this

@@ -1,0 +1,98 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// TestHedgingAroundAHungDispenser: of two members of the queue group one takes requests
+// and never answers (a paused process). With hedging every request is answered, the
+// hung member costing only the hedge delay; without it, the requests NATS routes to the
+// hung member time out.
+func TestHedgingAroundAHungDispenser(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	hung := ns.Connect(t)
+	if _, err := hung.QueueSubscribe("leaf.segment.*", "leaf", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	alive := ns.Connect(t)
+	next := int64(0)
+	if _, err := alive.QueueSubscribe("leaf.segment.*", "leaf", func(m *nats.Msg) {
+		next++ // one subscription's callbacks run one at a time
+		_ = m.Respond(wire.AppendIDs(nil, []int64{next}, wire.Binary))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{hung, alive} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const requests = 100
+	hedged, err := client.NewClient(ns.Connect(t), client.WithHedge(10*time.Millisecond), client.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for i := range requests {
+		id, err := hedged.Segment(context.Background(), "orders")
+		if err != nil {
+			t.Fatalf("hedged request %d: %v", i, err)
+		}
+		if seen[id] {
+			t.Fatalf("ID %d twice", id)
+		}
+		seen[id] = true
+	}
+	if hedged.Hedged() == 0 {
+		t.Errorf("no request was sent again, yet half go to the hung member")
+	}
+	t.Logf("%d requests, %d sent again", requests, hedged.Hedged())
+
+	plain, err := client.NewClient(ns.Connect(t), client.WithHedge(0), client.WithTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeouts := 0
+	for range 20 {
+		if _, err := plain.Segment(context.Background(), "orders"); errors.Is(err, context.DeadlineExceeded) {
+			timeouts++
+		}
+	}
+	if timeouts == 0 {
+		t.Errorf("without hedging no request timed out: the test does not exercise the hung member")
+	}
+}
+
+// TestHedgingNeverRepeatsAdmin: an admin call is sent once, even when unanswered.
+func TestHedgingNeverRepeatsAdmin(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	watcher := ns.Connect(t)
+	got := make(chan *nats.Msg, 10)
+	if _, err := watcher.ChanSubscribe("leaf.admin.tags.list", got); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewClient(ns.Connect(t), client.WithHedge(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Tags(ctx); err == nil {
+		t.Fatal("Tags with nobody answering succeeded")
+	}
+	if n := len(got); n != 1 {
+		t.Errorf("the admin request was sent %d times, want once", n)
+	}
+}
