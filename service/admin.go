@@ -39,18 +39,14 @@ func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)
 			s.fail(req, nil, fmt.Errorf("%w: tag admin is not configured on this dispenser", wire.ErrUnavailable))
 			return
 		}
-		select {
-		case s.waiting <- struct{}{}:
-		default:
-			s.fail(req, nil, fmt.Errorf("%w: %d requests are already waiting", wire.ErrUnavailable, s.cfg.MaxWaiting))
+		if err := s.startWaiter(); err != nil {
+			s.fail(req, nil, err)
 			return
 		}
 		body := bytes.Clone(req.Data())
 		reply, subject := req.Reply(), req.Subject()
-		s.wg.Add(1)
 		go func() {
-			defer s.wg.Done()
-			defer func() { <-s.waiting }()
+			defer s.endWaiter()
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AdminTimeout)
 			defer cancel()
 			m := &nats.Msg{Subject: reply}

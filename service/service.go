@@ -123,10 +123,12 @@ type Service struct {
 	guard            *replyGuard
 	refused          map[string]*atomic.Uint64 // per endpoint: requests whose reply subject was refused
 
-	waiting chan struct{} // a slot per request waiting off the delivery goroutine
-	wg      sync.WaitGroup
-	ids     sync.Pool // *[]int64
-	bufs    sync.Pool // *[]byte
+	waiting  chan struct{} // a slot per request waiting off the delivery goroutine
+	waitMu   sync.Mutex    // orders startWaiter's wg.Add before Stop's wg.Wait
+	stopping bool          // under waitMu: no new waiter may start
+	wg       sync.WaitGroup
+	ids      sync.Pool // *[]int64
+	bufs     sync.Pool // *[]byte
 
 	segStats, sfStats endpointCounters
 	stopOnce          sync.Once
@@ -223,6 +225,33 @@ func (s *Service) endpoints() []endpoint {
 	}
 }
 
+// errOverloaded is the refusal when MaxWaiting requests are already waiting.
+var errOverloaded = fmt.Errorf("%w: too many requests are already waiting for segments or admin calls", wire.ErrUnavailable)
+
+// startWaiter reserves a slot for a request answered off the delivery goroutine (a
+// segment not in memory yet, an admin call) and registers it with Stop. It refuses with
+// a 503 when MaxWaiting requests already wait or the service is stopping. Every
+// successful call is paired with one endWaiter.
+func (s *Service) startWaiter() error {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.stopping {
+		return fmt.Errorf("%w: the dispenser is stopping", wire.ErrUnavailable)
+	}
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+		return errOverloaded
+	}
+	s.wg.Add(1)
+	return nil
+}
+
+func (s *Service) endWaiter() {
+	<-s.waiting
+	s.wg.Done()
+}
+
 // Info is the service's $SRV.INFO answer.
 func (s *Service) Info() micro.Info { return s.svc.Info() }
 
@@ -245,7 +274,13 @@ func (s *Service) stop() error {
 	for s.nc.NumSubscriptions() > 0 && !s.nc.IsClosed() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	s.wg.Wait() // requests waiting for a segment end within WaitMax
+	// From here no handler starts a waiter (startWaiter refuses under the same lock), so
+	// Wait cannot race an Add; the waiters end within WaitMax and publish before the
+	// connection is closed below.
+	s.waitMu.Lock()
+	s.stopping = true
+	s.waitMu.Unlock()
+	s.wg.Wait()
 	if err := s.nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		errs = append(errs, fmt.Errorf("flush replies: %w", err))
 	}
@@ -320,20 +355,18 @@ func (s *Service) handleIDs(kind wire.Kind) micro.HandlerFunc {
 // goroutine, so other tags keep being served meanwhile. It answers through the reply
 // subject, not req: micro reads req's state once the handler returns.
 func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc wire.Encoding) {
-	select {
-	case s.waiting <- struct{}{}:
-	default:
+	if err := s.startWaiter(); err != nil {
 		s.putIDs(ids)
-		s.segStats.overloaded.Add(1)
-		s.fail(req, &s.segStats, fmt.Errorf("%w: %d requests are already waiting for segments", wire.ErrUnavailable, s.cfg.MaxWaiting))
+		if errors.Is(err, errOverloaded) {
+			s.segStats.overloaded.Add(1)
+		}
+		s.fail(req, &s.segStats, err)
 		return
 	}
 	s.segStats.waited.Add(1)
 	reply, subject := req.Reply(), req.Subject()
-	s.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
-		defer func() { <-s.waiting }()
+		defer s.endWaiter()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WaitMax)
 		defer cancel()
 		if err := s.cfg.Segments.Fill(ctx, tag, ids); err != nil {
