@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -165,7 +166,7 @@ func TestRunCountsEverything(t *testing.T) {
 		{
 			name: "OpenLoopBinaryTwoTags",
 			setup: func(c *Config) {
-				c.Clients, c.Rate, c.Requests, c.Batch, c.Encoding = 2, 2000, 300, 5, "binary"
+				c.Clients, c.Rate, c.Requests, c.Batch, c.Encoding = 2, 2000, 300, 5, wire.Binary
 				// The planted drop costs one timeout of waiting; 1 s leaves room for a
 				// loaded CI machine under -race, where replies can take a few hundred ms.
 				c.Tags, c.Timeout, c.Inflight = []string{"a", "b"}, time.Second, 1
@@ -177,7 +178,7 @@ func TestRunCountsEverything(t *testing.T) {
 		{
 			name: "ClosedLoopSnowflakeWithWarmup",
 			setup: func(c *Config) {
-				c.Kind, c.Warmup, c.Requests, c.Clients, c.Inflight = "snowflake", 100*time.Millisecond, 100, 2, 2
+				c.Kind, c.Warmup, c.Requests, c.Clients, c.Inflight = wire.Snowflake, 100*time.Millisecond, 100, 2, 2
 			},
 			fake: faults{},
 			want: map[string]int64{}, wantReq: 100, wantRegr: -2, wantTags: 1,
@@ -429,7 +430,7 @@ func TestParseFlags(t *testing.T) {
 		wantErr bool
 	}{
 		{"Defaults", nil, func(c Config) bool {
-			return c.Kind == "segment" && c.Tags[0] == "leaf-segment-test" && c.Duration == 10*time.Second && c.Conn.URLs == "nats://127.0.0.1:4222"
+			return c.Kind == wire.Segment && c.Encoding == wire.Text && c.Prefix == "leaf" && c.Tags[0] == "leaf-segment-test" && c.Duration == 10*time.Second && c.Conn.URLs == "nats://127.0.0.1:4222"
 		}, false},
 		{"RequestsAloneDropsDefaultDuration", []string{"--requests", "5"}, func(c Config) bool { return c.Duration == 0 && c.Requests == 5 }, false},
 		{"RequestsAndDuration", []string{"--requests", "5", "--duration", "3s"}, func(c Config) bool { return c.Duration == 3*time.Second }, false},
@@ -446,7 +447,11 @@ func TestParseFlags(t *testing.T) {
 		{"ErrEncoding", []string{"--encoding", "json"}, nil, true},
 		{"ErrBatch", []string{"--batch", "0"}, nil, true},
 		{"ErrTimeout", []string{"--timeout", "0s"}, nil, true},
+		{"Binary", []string{"--encoding", "binary", "--kind", "snowflake"}, func(c Config) bool { return c.Encoding == wire.Binary && c.Kind == wire.Snowflake }, false},
 		{"ErrPrefix", []string{"--prefix", "le af"}, nil, true},
+		{"ErrPrefixDot", []string{"--prefix", "leaf.prod"}, nil, true}, // the dispenser refuses it too
+		{"ErrPrefixTooLong", []string{"--prefix", strings.Repeat("p", wire.MaxPrefixLen+1)}, nil, true},
+		{"ErrTagTooLong", []string{"--tags", strings.Repeat("t", wire.MaxTagLen+1)}, nil, true},
 		{"ErrAuth", []string{"--token", "t", "--user", "u"}, nil, true},
 		{"ErrPositional", []string{"extra"}, nil, true},
 	}

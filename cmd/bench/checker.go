@@ -37,10 +37,10 @@ type checker struct {
 
 // checkResult is what the checker found.
 type checkResult struct {
-	IDs        int64    // IDs received, counting every repeat
-	Duplicates int64    // IDs received more often than once, counting each extra receipt
-	Samples    []uint64 // up to maxDuplicateSamples of the repeated IDs, ascending
-	Runs       int      // run files written (0: everything fitted in memory)
+	IDs        int64   // IDs received, counting every repeat
+	Duplicates int64   // IDs received more often than once, counting each extra receipt
+	Samples    []int64 // up to maxDuplicateSamples of the repeated IDs, ascending
+	Runs       int     // run files written (0: everything fitted in memory)
 }
 
 // add sums o into r, as when several ID spaces were checked apart.
@@ -83,19 +83,19 @@ func (c *checker) close() error {
 // collector is one client's share of the checker; only that client's goroutine uses it.
 type collector struct {
 	c   *checker
-	ids []uint64
+	ids []int64
 	err error // the first spill failure: the check is incomplete and must say so
 }
 
 func (c *checker) collector() *collector { return &collector{c: c} }
 
 // add keeps ids.
-func (k *collector) add(ids []uint64) {
+func (k *collector) add(ids []int64) {
 	if k.err != nil {
 		return
 	}
 	if k.ids == nil && k.c.dir != "" {
-		k.ids = make([]uint64, 0, k.c.perCol) // the budget, once, instead of append's doublings
+		k.ids = make([]int64, 0, k.c.perCol) // the budget, once, instead of append's doublings
 	}
 	k.ids = append(k.ids, ids...)
 	if k.c.dir != "" && len(k.ids) >= k.c.perCol {
@@ -128,7 +128,7 @@ func (c *checker) writeRun(src idSource) (string, error) {
 		if !ok {
 			break
 		}
-		binary.BigEndian.PutUint64(buf[:], v)
+		binary.BigEndian.PutUint64(buf[:], uint64(v))
 		if _, err := w.Write(buf[:]); err != nil {
 			f.Close()
 			return "", fmt.Errorf("spill IDs to %s: %w", path, err)
@@ -189,7 +189,7 @@ func (c *checker) finish(cols []*collector) (checkResult, error) {
 		srcs = append(srcs, f)
 	}
 	m := newMerger(srcs)
-	var prev uint64
+	var prev int64
 	for first := true; ; first = false {
 		v, ok, err := m.next()
 		if err != nil {
@@ -211,13 +211,13 @@ func (c *checker) finish(cols []*collector) (checkResult, error) {
 
 // idSource yields IDs in ascending order.
 type idSource interface {
-	next() (v uint64, ok bool, err error)
+	next() (v int64, ok bool, err error)
 }
 
 // sliceSource walks a sorted slice.
-type sliceSource struct{ ids []uint64 }
+type sliceSource struct{ ids []int64 }
 
-func (s *sliceSource) next() (uint64, bool, error) {
+func (s *sliceSource) next() (int64, bool, error) {
 	if len(s.ids) == 0 {
 		return 0, false, nil
 	}
@@ -233,14 +233,14 @@ type fileSource struct {
 	buf [8]byte
 }
 
-func (s *fileSource) next() (uint64, bool, error) {
+func (s *fileSource) next() (int64, bool, error) {
 	if _, err := io.ReadFull(s.r, s.buf[:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			return 0, false, nil
 		}
 		return 0, false, fmt.Errorf("read ID run %s: %w", s.f.Name(), err)
 	}
-	return binary.BigEndian.Uint64(s.buf[:]), true, nil
+	return int64(binary.BigEndian.Uint64(s.buf[:])), true, nil
 }
 
 func openRuns(paths []string) ([]*fileSource, error) {
@@ -270,7 +270,7 @@ type merger struct {
 }
 
 type mergeItem struct {
-	v   uint64
+	v   int64
 	src int
 }
 
@@ -304,7 +304,7 @@ func newMerger[S idSource](srcs []S) *merger {
 	return m
 }
 
-func (m *merger) next() (uint64, bool, error) {
+func (m *merger) next() (int64, bool, error) {
 	if m.err != nil {
 		return 0, false, m.err
 	}

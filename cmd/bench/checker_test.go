@@ -8,12 +8,12 @@ import (
 )
 
 // uniqueIDs returns n distinct random positive IDs in random order.
-func uniqueIDs(tb testing.TB, rng *rand.Rand, n int) []uint64 {
+func uniqueIDs(tb testing.TB, rng *rand.Rand, n int) []int64 {
 	tb.Helper()
-	seen := make(map[uint64]bool, n)
-	out := make([]uint64, 0, n)
+	seen := make(map[int64]bool, n)
+	out := make([]int64, 0, n)
 	for len(out) < n {
-		v := rng.Uint64N(1<<63-1) + 1
+		v := rng.Int64N(1<<63-1) + 1
 		if !seen[v] {
 			seen[v] = true
 			out = append(out, v)
@@ -71,16 +71,16 @@ func TestChecker(t *testing.T) {
 			owner := make([]int, len(ids))
 			for i, id := range ids {
 				owner[i] = i % clients
-				cols[owner[i]].add([]uint64{id})
+				cols[owner[i]].add([]int64{id})
 			}
-			var want []uint64
+			var want []int64
 			for _, p := range tt.plants {
 				col := p.col
 				if p.self {
 					col = owner[p.id]
 				}
 				for range p.more {
-					cols[col].add([]uint64{ids[p.id]})
+					cols[col].add([]int64{ids[p.id]})
 				}
 				want = append(want, ids[p.id])
 			}
@@ -116,8 +116,8 @@ func TestCheckerSamplesAreCapped(t *testing.T) {
 		t.Fatalf("newChecker: %v", err)
 	}
 	col := c.collector()
-	for id := uint64(1); id <= 50; id++ {
-		col.add([]uint64{id, id})
+	for id := int64(1); id <= 50; id++ {
+		col.add([]int64{id, id})
 	}
 	res, err := c.finish([]*collector{col})
 	if err != nil {
@@ -136,8 +136,8 @@ func BenchmarkCollectorAdd(b *testing.B) {
 	}
 	b.Cleanup(func() { c.close() })
 	col := c.collector()
-	batch := make([]uint64, 100)
-	var next uint64
+	batch := make([]int64, 100)
+	var next int64
 	for b.Loop() {
 		for i := range batch {
 			next++

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // ErrInvalidConfig is returned by parseFlags and Config.Validate when a flag is missing,
@@ -26,11 +27,11 @@ type Config struct {
 	// CPUProfile names a file for a pprof CPU profile of the run ("" for none).
 	CPUProfile string
 
-	Kind     string   // "segment" or "snowflake"
-	Tags     []string // requests go round robin over these
-	Batch    int      // IDs per request; 1 sends an empty body, as a plain client does
-	Encoding string   // "text" or "binary" (the Leaf-Encoding header)
-	Prefix   string   // subject prefix of the deployment
+	Kind     wire.Kind     // segment or snowflake
+	Tags     []string      // requests go round robin over these
+	Batch    int           // IDs per request; 1 sends an empty body, as a plain client does
+	Encoding wire.Encoding // of the replies (the Leaf-Encoding header)
+	Prefix   string        // subject prefix of the deployment
 
 	Clients  int     // NATS connections, each a client of its own
 	Inflight int     // closed loop: requests each client keeps outstanding
@@ -53,11 +54,11 @@ type Config struct {
 func defaultConfig() Config {
 	return Config{
 		Conn:     client.ConnConfig{URLs: "nats://127.0.0.1:4222"},
-		Kind:     "segment",
+		Kind:     wire.Segment,
 		Tags:     []string{"leaf-segment-test"},
 		Batch:    1,
-		Encoding: "text",
-		Prefix:   "leaf",
+		Encoding: wire.Text,
+		Prefix:   wire.DefaultPrefix,
 		Clients:  4,
 		Inflight: 8,
 		Warmup:   time.Second,
@@ -97,6 +98,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 		fs.PrintDefaults()
 	}
 	tags := strings.Join(cfg.Tags, ",")
+	kind, encoding := cfg.Kind.String(), cfg.Encoding.String()
 
 	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
 	cfg.Conn.RegisterFlags(fs)
@@ -104,10 +106,10 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run (with --embedded, the dispenser's too) to this `file`")
 	fs.DurationVar(&cfg.StoreDelay, "store-delay", 0, "with --embedded: delay every segment store call by this much, as a slow database would")
 
-	fs.StringVar(&cfg.Kind, "kind", cfg.Kind, "ID `kind`: segment or snowflake")
+	fs.StringVar(&kind, "kind", kind, "ID `kind`: segment or snowflake")
 	fs.StringVar(&tags, "tags", tags, "comma separated biz `tags`; requests go round robin over them")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "IDs per request; 1 sends an empty body as a plain client does")
-	fs.StringVar(&cfg.Encoding, "encoding", cfg.Encoding, "reply encoding: text, or binary (sent as header Leaf-Encoding: binary)")
+	fs.StringVar(&encoding, "encoding", encoding, "reply encoding: text, or binary (sent as header Leaf-Encoding: binary)")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix of the deployment (the dispenser's --prefix)")
 
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "client connections; each is its own NATS connection with its own reply inbox")
@@ -136,6 +138,13 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cfg.Tags = splitList(tags)
+	var err error
+	if cfg.Kind, err = wire.ParseKind(kind); err != nil {
+		return cfg, fmt.Errorf("%w: --kind %q must be segment or snowflake", ErrInvalidConfig, kind)
+	}
+	if cfg.Encoding, err = wire.ParseEncoding(encoding); err != nil {
+		return cfg, fmt.Errorf("%w: --encoding %q must be text or binary", ErrInvalidConfig, encoding)
+	}
 	if set["requests"] && !set["duration"] {
 		cfg.Duration = 0
 	}
@@ -178,16 +187,14 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.Kind != "segment" && c.Kind != "snowflake":
-		return bad("--kind %q must be segment or snowflake", c.Kind)
+	case c.Kind != wire.Segment && c.Kind != wire.Snowflake:
+		return bad("--kind %d is neither segment nor snowflake", c.Kind)
 	case len(c.Tags) == 0:
 		return bad("--tags gives no tag")
 	case c.Batch < 1:
 		return bad("--batch %d must be at least 1", c.Batch)
-	case c.Encoding != "text" && c.Encoding != "binary":
-		return bad("--encoding %q must be text or binary", c.Encoding)
-	case !validPrefix(c.Prefix):
-		return bad("--prefix %q must be dot-separated tokens without spaces or wildcards", c.Prefix)
+	case c.Encoding != wire.Text && c.Encoding != wire.Binary:
+		return bad("--encoding %d is neither text nor binary", c.Encoding)
 	case c.Clients < 1:
 		return bad("--clients %d must be at least 1", c.Clients)
 	case c.Inflight < 1:
@@ -213,32 +220,14 @@ func (c Config) Validate() error {
 	case c.EchoResponders > 0 && c.Baseline == "":
 		return bad("--echo-responders %d needs --baseline echo", c.EchoResponders)
 	}
+	// A bad prefix or tag would only earn timeouts or 400s: say so before starting.
+	if err := wire.CheckPrefix(c.Prefix); err != nil {
+		return bad("%v", err)
+	}
 	for _, tag := range c.Tags {
-		if !validTag(tag) {
-			return bad("tag %q must be 1 to 128 characters of A-Z a-z 0-9 _ -", tag)
+		if err := wire.CheckTag(tag); err != nil {
+			return bad("--tags: %v", err)
 		}
 	}
 	return nil
-}
-
-// validTag follows PROTOCOL.md; a bad tag would only earn 400s, so say so before starting.
-func validTag(tag string) bool {
-	if len(tag) < 1 || len(tag) > 128 {
-		return false
-	}
-	for _, r := range tag {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func validPrefix(p string) bool {
-	for _, tok := range strings.Split(p, ".") {
-		if tok == "" || strings.ContainsAny(tok, " \t\r\n*>") {
-			return false
-		}
-	}
-	return true
 }

@@ -71,11 +71,8 @@ func sampleReplies(nc *nats.Conn, spec *loadSpec) ([][]byte, error) {
 	var out [][]byte
 	for _, subj := range spec.subjects {
 		m, err := nc.RequestMsg(&nats.Msg{Subject: subj, Header: spec.header, Data: spec.body}, spec.timeout)
-		if errors.Is(err, nats.ErrNoResponders) {
-			err = ErrNoResponders
-		}
 		if err == nil {
-			_, err = parseReply(m.Header, m.Data, spec.batch, spec.binary, nil)
+			_, err = parseReply(m.Header, m.Data, spec.batch, spec.enc, nil)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sample reply from %s: %w", subj, err)
@@ -85,17 +82,21 @@ func sampleReplies(nc *nats.Conn, spec *loadSpec) ([][]byte, error) {
 	return out, nil
 }
 
-// countResponders asks $SRV.INFO.<prefix> and counts the endpoints, over every instance
+// countResponders asks $SRV.INFO.<service> and counts the endpoints, over every instance
 // that answers within wait, whose subject covers subject. A deployment that is not a
 // micro service (no answer) counts 0.
-func countResponders(nc *nats.Conn, prefix, subject string, wait time.Duration) (int, error) {
+func countResponders(nc *nats.Conn, service, subject string, wait time.Duration) (int, error) {
+	infoSubject, err := micro.ControlSubject(micro.InfoVerb, service, "")
+	if err != nil {
+		return 0, fmt.Errorf("service info: %w", err)
+	}
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return 0, fmt.Errorf("service info: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$SRV.INFO."+prefix, inbox, nil); err != nil {
+	if err := nc.PublishRequest(infoSubject, inbox, nil); err != nil {
 		return 0, fmt.Errorf("service info: %w", err)
 	}
 	n := 0
@@ -109,7 +110,7 @@ func countResponders(nc *nats.Conn, prefix, subject string, wait time.Duration) 
 		}
 		var info micro.Info
 		if err := json.Unmarshal(m.Data, &info); err != nil {
-			return n, fmt.Errorf("service info from %s: %w", prefix, err)
+			return n, fmt.Errorf("service info from %s: %w", service, err)
 		}
 		for _, ep := range info.Endpoints {
 			if subjectMatches(ep.Subject, subject) {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // maxErrorSamples bounds the example messages kept per error key.
@@ -26,7 +28,7 @@ type loadSpec struct {
 	body     []byte   // nil for one ID
 	header   nats.Header
 	batch    int
-	binary   bool
+	enc      wire.Encoding
 
 	clients  int
 	inflight int     // closed loop
@@ -100,8 +102,8 @@ type worker struct {
 	open     int   // entries of win not done
 	nextSeq  int64 // closed loop: next sequence number
 	lastDone time.Duration
-	lastID   []uint64 // per tag, for the regression count
-	idbuf    []uint64
+	lastID   []int64 // per tag, for the regression count
+	idbuf    []int64
 	cols     []*collector // one per spec.checks
 	res      phaseResult
 
@@ -126,44 +128,76 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 	budget.Store(spec.requests)
 
 	var slowBefore int64
-	workers := make([]*worker, len(clients))
+	workers := make([]*worker, 0, len(clients))
 	defer func() {
 		for _, w := range workers {
-			if w != nil && w.sub != nil {
-				w.sub.Unsubscribe()
-			}
+			w.sub.Unsubscribe()
 		}
 	}()
 	for i, cl := range clients {
 		slowBefore += cl.slow.Load()
-		w := &worker{
-			id: i, spec: spec, cl: cl, logger: logger, done: ctx.Done(), stop: stop, budget: budget,
-			sched:  newSchedule(spec.rate, len(clients), spec.warmup, spec.duration, spec.requests),
-			lastID: make([]uint64, len(spec.subjects)),
-			idbuf:  make([]uint64, 0, spec.batch),
-			res:    phaseResult{hist: newHist(), errors: map[string]int64{}, errorSamples: map[string][]string{}},
+		w := newWorker(i, cl, spec, len(clients), logger)
+		w.done, w.stop, w.budget = ctx.Done(), stop, budget
+		if err := w.subscribe(); err != nil {
+			return nil, err
 		}
-		for _, c := range spec.checks {
-			w.cols = append(w.cols, c.collector())
-		}
-		if spec.rate > 0 {
-			w.lag = newHist()
-		}
-		w.inbox = cl.nc.NewInbox()
-		w.msgs = make(chan *nats.Msg, w.replyBuffer())
-		sub, err := cl.nc.ChanSubscribe(w.inbox+".*", w.msgs)
-		if err != nil {
-			return nil, fmt.Errorf("subscribe reply inbox of client %d: %w", i, err)
-		}
-		w.sub = sub
-		workers[i] = w
+		workers = append(workers, w)
 	}
 	for i, cl := range clients {
 		if err := cl.nc.FlushTimeout(spec.timeout); err != nil {
 			return nil, fmt.Errorf("client %d: NATS server does not answer: %w", i, err)
 		}
 	}
+	drive(workers, spec, progressOut)
 
+	res := newPhaseResult(spec.rate > 0)
+	var lastDone time.Duration
+	for _, w := range workers {
+		res.add(w)
+		lastDone = max(lastDone, w.lastDone)
+	}
+	for _, cl := range clients {
+		res.slowConsumers += cl.slow.Load()
+	}
+	res.slowConsumers -= slowBefore
+	res.elapsed = max(lastDone-spec.warmup, 0)
+	return res, nil
+}
+
+// newWorker prepares client number id of clients for spec; the caller sets the run's
+// shared state (done, stop, budget) and subscribes it.
+func newWorker(id int, cl *benchConn, spec *loadSpec, clients int, logger *slog.Logger) *worker {
+	w := &worker{
+		id: id, spec: spec, cl: cl, logger: logger,
+		sched:  newSchedule(spec.rate, clients, spec.warmup, spec.duration, spec.requests),
+		lastID: make([]int64, len(spec.subjects)),
+		idbuf:  make([]int64, 0, spec.batch),
+		res:    *newPhaseResult(false),
+	}
+	for _, c := range spec.checks {
+		w.cols = append(w.cols, c.collector())
+	}
+	if spec.rate > 0 {
+		w.lag = newHist()
+	}
+	return w
+}
+
+// subscribe opens the worker's reply inbox.
+func (w *worker) subscribe() error {
+	w.inbox = w.cl.nc.NewInbox()
+	w.msgs = make(chan *nats.Msg, w.replyBuffer())
+	sub, err := w.cl.nc.ChanSubscribe(w.inbox+".*", w.msgs)
+	if err != nil {
+		return fmt.Errorf("subscribe reply inbox of client %d: %w", w.id, err)
+	}
+	w.sub = sub
+	return nil
+}
+
+// drive starts the phase's clock and its workers, shows progress, and returns when every
+// worker has stopped.
+func drive(workers []*worker, spec *loadSpec, progressOut io.Writer) {
 	epoch := time.Now()
 	for _, w := range workers {
 		w.epoch = epoch
@@ -179,51 +213,54 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 	}
 	wg.Wait()
 	prog.Stop()
+}
 
-	res := &phaseResult{hist: newHist(), errors: map[string]int64{}, errorSamples: map[string][]string{}}
-	if spec.rate > 0 {
-		res.sendLag = newHist()
+// newPhaseResult makes an empty result; open adds the open loop's sender-lag histogram.
+func newPhaseResult(open bool) *phaseResult {
+	r := &phaseResult{hist: newHist(), errors: map[string]int64{}, errorSamples: map[string][]string{}}
+	if open {
+		r.sendLag = newHist()
 	}
-	var lastDone time.Duration
-	for _, w := range workers {
-		r := &w.res
-		res.hist.Merge(r.hist)
-		if res.sendLag != nil {
-			res.sendLag.Merge(w.lag)
-		}
-		res.sent += r.sent
-		res.ok += r.ok
-		res.ids += r.ids
-		res.late += r.late
-		res.orderViolations += r.orderViolations
-		res.regressions += r.regressions
-		for k, n := range r.errors {
-			res.errors[k] += n
-		}
-		if n := w.sendErrs.Load(); n > 0 {
-			res.errors[errKeySend] += n
-		}
-		for k, samples := range r.errorSamples {
-			for _, msg := range samples {
-				if have := res.errorSamples[k]; len(have) < maxErrorSamples && !slices.Contains(have, msg) {
-					res.errorSamples[k] = append(have, msg)
-				}
-			}
-		}
-		lastDone = max(lastDone, w.lastDone)
-		if res.collectors == nil {
-			res.collectors = make([][]*collector, len(w.cols))
-		}
-		for i, col := range w.cols {
-			res.collectors[i] = append(res.collectors[i], col)
+	return r
+}
+
+// add merges what worker w measured into r; the worker must have stopped.
+func (r *phaseResult) add(w *worker) {
+	wr := &w.res
+	r.hist.Merge(wr.hist)
+	if r.sendLag != nil {
+		r.sendLag.Merge(w.lag)
+	}
+	r.sent += wr.sent
+	r.ok += wr.ok
+	r.ids += wr.ids
+	r.late += wr.late
+	r.orderViolations += wr.orderViolations
+	r.regressions += wr.regressions
+	for k, n := range wr.errors {
+		r.errors[k] += n
+	}
+	if n := w.sendErrs.Load(); n > 0 {
+		r.errors[errKeySend] += n
+	}
+	for k, samples := range wr.errorSamples {
+		for _, msg := range samples {
+			r.sample(k, msg)
 		}
 	}
-	for _, cl := range clients {
-		res.slowConsumers += cl.slow.Load()
+	if r.collectors == nil {
+		r.collectors = make([][]*collector, len(w.cols))
 	}
-	res.slowConsumers -= slowBefore
-	res.elapsed = max(lastDone-spec.warmup, 0)
-	return res, nil
+	for i, col := range w.cols {
+		r.collectors[i] = append(r.collectors[i], col)
+	}
+}
+
+// sample keeps msg as an example of error key k, up to maxErrorSamples different ones.
+func (r *phaseResult) sample(k, msg string) {
+	if have := r.errorSamples[k]; len(have) < maxErrorSamples && !slices.Contains(have, msg) {
+		r.errorSamples[k] = append(have, msg)
+	}
 }
 
 // replyBuffer sizes the inbox channel: nats.go drops replies (a slow-consumer event)
@@ -422,7 +459,7 @@ func (w *worker) handle(m *nats.Msg) int {
 		// Counted as a timeout already, but its IDs were handed out all the same: a
 		// duplicate among them is still a duplicate.
 		w.res.late++
-		ids, err := parseReply(m.Header, m.Data, w.spec.batch, w.spec.binary, w.idbuf[:0])
+		ids, err := parseReply(m.Header, m.Data, w.spec.batch, w.spec.enc, w.idbuf[:0])
 		switch {
 		case errors.Is(err, ErrOutOfOrder):
 			w.res.orderViolations++
@@ -440,7 +477,7 @@ func (w *worker) handle(m *nats.Msg) int {
 }
 
 // keep hands the IDs of a reply for tag to the checker of their ID space.
-func (w *worker) keep(tag int32, ids []uint64) {
+func (w *worker) keep(tag int32, ids []int64) {
 	switch len(w.cols) {
 	case 0:
 	case 1:
@@ -453,14 +490,14 @@ func (w *worker) keep(tag int32, ids []uint64) {
 // complete checks and records the reply to e.
 func (w *worker) complete(e *pending, m *nats.Msg, now time.Duration) {
 	var err error
-	w.idbuf, err = parseReply(m.Header, m.Data, w.spec.batch, w.spec.binary, w.idbuf[:0])
+	w.idbuf, err = parseReply(m.Header, m.Data, w.spec.batch, w.spec.enc, w.idbuf[:0])
 	if err != nil {
 		if errors.Is(err, ErrOutOfOrder) {
 			w.res.orderViolations++
 		}
 		key := errKey(err)
-		if samples := w.res.errorSamples[key]; len(samples) < maxErrorSamples && !slices.Contains(samples, err.Error()) {
-			w.res.errorSamples[key] = append(samples, err.Error())
+		if len(w.res.errorSamples[key]) < maxErrorSamples { // spares err.Error() once there are enough
+			w.res.sample(key, err.Error())
 		}
 		if e.measured {
 			w.res.errors[key]++

@@ -1,36 +1,37 @@
 package main
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
-	"math"
+	"iter"
+	"slices"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
-// ErrNoResponders is returned by parseReply for the status NATS sends when no dispenser
-// subscribes to the subject.
-var ErrNoResponders = errors.New("no responders")
+// The status NATS itself answers with when nothing subscribes to a request's subject: an
+// empty body with this header. nats.go keeps the two names unexported.
+const (
+	statusHeader       = "Status"
+	noRespondersStatus = "503"
+)
 
-// ErrBadReply is returned by parseReply when a reply breaks PROTOCOL.md: a body that is
-// not the requested number of positive int64 IDs in the requested encoding.
-var ErrBadReply = errors.New("bad reply")
+// ErrOutOfOrder is returned by parseReply when a reply holds IDs that are each valid but do
+// not strictly increase. The error also matches wire.ErrBadReply; the bench exits non-zero
+// when it sees one, since an ID repeated or going back inside one reply is a broken promise,
+// not a malformed body.
+var ErrOutOfOrder = errors.New("IDs not strictly increasing")
 
-// ErrOutOfOrder is returned by parseReply when the IDs inside one reply do not strictly
-// increase. It is also an ErrBadReply; the bench exits non-zero when it sees one.
-var ErrOutOfOrder = fmt.Errorf("%w: IDs not strictly increasing", ErrBadReply)
+// orderError is a wire.DecodeIDs error that parseReply found to be an order violation.
+type orderError struct{ err error }
 
-// ServiceError is a dispenser's error reply: the NATS services convention's headers.
-type ServiceError struct {
-	Code        string // Nats-Service-Error-Code, e.g. "503"
-	Description string // Nats-Service-Error
-}
-
-func (e *ServiceError) Error() string {
-	return fmt.Sprintf("service error %s: %s", e.Code, e.Description)
-}
+func (e *orderError) Error() string        { return e.err.Error() }
+func (e *orderError) Unwrap() error        { return e.err }
+func (e *orderError) Is(target error) bool { return target == ErrOutOfOrder }
 
 // Keys of the errors-by-code table besides the service codes themselves.
 const (
@@ -40,89 +41,70 @@ const (
 	errKeySend         = "send"
 )
 
-// errKey is the row of the errors-by-code table that err is counted in.
+// errKey is the row of the errors-by-code table that err is counted in: a dispenser's
+// error reply by its code, else no_responders or bad_reply.
 func errKey(err error) string {
-	var se *ServiceError
+	var we *wire.Error
 	switch {
-	case errors.As(err, &se):
-		return se.Code
-	case errors.Is(err, ErrNoResponders):
+	case errors.As(err, &we):
+		return strconv.Itoa(we.Code)
+	case errors.Is(err, nats.ErrNoResponders):
 		return errKeyNoResponders
 	default:
 		return errKeyBadReply
 	}
 }
 
-// parseReply checks one reply against the wire contract and appends its IDs to dst.
-// The parsing allocates nothing beyond dst's growth: it runs once per reply on the hot
-// path of the load generator, for the dispenser and the echo baseline alike.
-func parseReply(h nats.Header, data []byte, batch int, binaryEnc bool, dst []uint64) ([]uint64, error) {
-	if code := h.Get(micro.ErrorCodeHeader); code != "" {
-		return dst, &ServiceError{Code: code, Description: h.Get(micro.ErrorHeader)}
+// parseReply checks one reply and appends its IDs to dst. The body is wire.DecodeIDs's
+// to judge; what is left here is what only the bench knows: the NATS status and the
+// error headers around the body, and how many IDs it asked for. A good reply costs no
+// allocation beyond dst's growth: this runs once per reply on the hot path of the load
+// generator, for the dispenser and the echo baseline alike.
+//
+// Errors: a *wire.Error for a dispenser's error reply, nats.ErrNoResponders, or one that
+// matches wire.ErrBadReply (and ErrOutOfOrder when that is what was wrong).
+func parseReply(h nats.Header, data []byte, batch int, enc wire.Encoding, dst []int64) ([]int64, error) {
+	if code := h.Get(wire.ServiceErrorCodeHeader); code != "" {
+		return dst, wire.ReplyError(code, h.Get(wire.ServiceErrorHeader))
 	}
-	if len(data) == 0 && h.Get("Status") == "503" {
-		return dst, ErrNoResponders
+	if len(data) == 0 && h.Get(statusHeader) == noRespondersStatus {
+		return dst, nats.ErrNoResponders
 	}
 	start := len(dst)
-	var err error
-	if binaryEnc {
-		dst, err = parseBinary(data, batch, dst)
-	} else {
-		dst, err = parseText(data, dst)
-	}
+	dst, err := wire.DecodeIDs(dst, data, enc)
 	if err != nil {
-		return dst[:start], err
-	}
-	ids := dst[start:]
-	if len(ids) != batch {
-		return dst[:start], fmt.Errorf("%w: %d IDs, asked for %d", ErrBadReply, len(ids), batch)
-	}
-	for i, id := range ids {
-		if id == 0 || id > math.MaxInt64 {
-			return dst[:start], fmt.Errorf("%w: ID %d is not a positive int64", ErrBadReply, id)
+		if outOfOrder(data, enc) {
+			err = &orderError{err}
 		}
-		if i > 0 && id <= ids[i-1] {
-			return dst[:start], fmt.Errorf("%w: %d follows %d", ErrOutOfOrder, id, ids[i-1])
-		}
+		return dst, err
+	}
+	if n := len(dst) - start; n != batch {
+		return dst[:start], fmt.Errorf("%w: %d IDs, asked for %d", wire.ErrBadReply, n, batch)
 	}
 	return dst, nil
 }
 
-// parseText reads decimal IDs separated by single newlines, with no trailing newline.
-func parseText(data []byte, dst []uint64) ([]uint64, error) {
-	if len(data) == 0 {
-		return dst, fmt.Errorf("%w: empty body", ErrBadReply)
-	}
-	var v uint64
-	digits := 0
-	for i, c := range data {
-		switch {
-		case c >= '0' && c <= '9':
-			if v > (math.MaxUint64-9)/10 {
-				return dst, fmt.Errorf("%w: number too large at byte %d", ErrBadReply, i)
-			}
-			v = v*10 + uint64(c-'0')
-			digits++
-		case c == '\n' && digits > 0:
-			dst = append(dst, v)
-			v, digits = 0, 0
-		default:
-			return dst, fmt.Errorf("%w: unexpected byte %q at %d", ErrBadReply, c, i)
+// outOfOrder reports whether a body that wire.DecodeIDs refused holds more than one ID and
+// each of them alone is a good reply. DecodeIDs checks that a body is a list of IDs, that
+// each is a positive int64 and that they strictly increase; when every ID passes alone,
+// the order is what failed. It runs on refused replies only, so it may take its time.
+func outOfOrder(body []byte, enc wire.Encoding) bool {
+	var one [1]int64
+	n := 0
+	for field := range replyFields(body, enc) {
+		if _, err := wire.DecodeIDs(one[:0], field, enc); err != nil {
+			return false
 		}
+		n++
 	}
-	if digits == 0 {
-		return dst, fmt.Errorf("%w: trailing newline", ErrBadReply)
-	}
-	return append(dst, v), nil
+	return n > 1
 }
 
-// parseBinary reads exactly batch eight-byte big-endian IDs.
-func parseBinary(data []byte, batch int, dst []uint64) ([]uint64, error) {
-	if len(data) != 8*batch {
-		return dst, fmt.Errorf("%w: %d bytes, want %d for %d binary IDs", ErrBadReply, len(data), 8*batch, batch)
+// replyFields splits a body into the pieces that each hold one ID: the lines of text,
+// the eight-byte words of binary (a short tail is a piece of its own, which fails).
+func replyFields(body []byte, enc wire.Encoding) iter.Seq[[]byte] {
+	if enc == wire.Binary {
+		return slices.Chunk(body, 8)
 	}
-	for i := 0; i < len(data); i += 8 {
-		dst = append(dst, binary.BigEndian.Uint64(data[i:]))
-	}
-	return dst, nil
+	return bytes.SplitSeq(body, []byte{'\n'})
 }

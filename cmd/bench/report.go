@@ -107,8 +107,8 @@ func (r *Report) Failed() bool {
 
 func newReport(cfg Config) *Report {
 	r := &Report{
-		Target: redactURLs(cfg.Conn.URLs), Kind: cfg.Kind, Tags: cfg.Tags, Batch: cfg.Batch,
-		Encoding: cfg.Encoding, Mode: "closed", Clients: cfg.Clients, Inflight: cfg.Inflight,
+		Target: redactURLs(cfg.Conn.URLs), Kind: cfg.Kind.String(), Tags: cfg.Tags, Batch: cfg.Batch,
+		Encoding: cfg.Encoding.String(), Mode: "closed", Clients: cfg.Clients, Inflight: cfg.Inflight,
 		Requests: cfg.Requests, WarmupS: cfg.Warmup.Seconds(), DurationS: cfg.Duration.Seconds(),
 		TimeoutS: cfg.Timeout.Seconds(),
 	}
@@ -163,7 +163,7 @@ func latency(h *hist) Latency {
 func checkReport(c checkResult, segment bool, regressions int64) *CheckReport {
 	r := &CheckReport{IDs: c.IDs, Duplicates: c.Duplicates, DuplicateSamples: []string{}, SpilledRuns: c.Runs}
 	for _, id := range c.Samples {
-		r.DuplicateSamples = append(r.DuplicateSamples, strconv.FormatUint(id, 10))
+		r.DuplicateSamples = append(r.DuplicateSamples, strconv.FormatInt(id, 10))
 	}
 	if segment {
 		r.Regressions = &regressions
@@ -200,9 +200,21 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteText prints the report as aligned tables for people.
+// WriteText prints the report as aligned tables for people: what was run, the table of
+// the phases side by side, then the notes (error samples, check, baseline).
 func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	r.writeHeading(tw)
+	r.writeTable(tw)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	r.writeNotes(w)
+	return nil
+}
+
+// writeHeading says what was run: kind, batch, encoding, tags, load, limits and target.
+func (r *Report) writeHeading(w io.Writer) {
 	mode := fmt.Sprintf("closed loop, %d clients x %d in flight", r.Clients, r.Inflight)
 	if r.Mode == "open" {
 		mode = fmt.Sprintf("open loop, %g requests/s over %d clients", r.Rate, r.Clients)
@@ -216,47 +228,59 @@ func (r *Report) WriteText(w io.Writer) error {
 	case r.DurationS > 0:
 		limit = fmt.Sprintf("%gs", r.DurationS)
 	}
-	fmt.Fprintf(tw, "leafbus bench: %s IDs, batch %d, %s, tags %s\n", r.Kind, r.Batch, r.Encoding, strings.Join(r.Tags, ","))
-	fmt.Fprintf(tw, "%s; %s after %gs warm-up; timeout %gs; NATS %s\n", mode, limit, r.WarmupS, r.TimeoutS, r.Target)
+	fmt.Fprintf(w, "leafbus bench: %s IDs, batch %d, %s, tags %s\n", r.Kind, r.Batch, r.Encoding, strings.Join(r.Tags, ","))
+	fmt.Fprintf(w, "%s; %s after %gs warm-up; timeout %gs; NATS %s\n", mode, limit, r.WarmupS, r.TimeoutS, r.Target)
 	if r.Interrupted {
-		fmt.Fprintln(tw, "INTERRUPTED: the numbers cover the run until the signal")
+		fmt.Fprintln(w, "INTERRUPTED: the numbers cover the run until the signal")
 	}
-	fmt.Fprintln(tw)
+	fmt.Fprintln(w)
+}
 
-	phases := []*PhaseReport{&r.Dispenser}
+// phaseTable writes rows of one metric per phase, and with a baseline the ratio.
+type phaseTable struct {
+	w      io.Writer
+	phases []*PhaseReport
+	ratios []MetricRatio
+}
+
+// row writes the metric name, f of each phase, and with two phases the ratio of the
+// comparison's metric ("": none).
+func (t *phaseTable) row(name string, f func(p *PhaseReport) string, metric string) {
+	line := name
+	for _, p := range t.phases {
+		line += "\t" + f(p)
+	}
+	if len(t.phases) > 1 {
+		line += "\t" + ratioString(t.ratio(metric))
+	}
+	fmt.Fprintln(t.w, line+"\t")
+}
+
+func (t *phaseTable) ratio(metric string) *MetricRatio {
+	for i := range t.ratios {
+		if metric != "" && t.ratios[i].Metric == metric {
+			return &t.ratios[i]
+		}
+	}
+	return nil
+}
+
+// writeTable writes the dispenser's numbers, beside the echo's when there is a baseline.
+func (r *Report) writeTable(w io.Writer) {
+	t := &phaseTable{w: w, phases: []*PhaseReport{&r.Dispenser}}
 	header := "\tdispenser"
 	if r.Baseline != nil && r.Baseline.Echo != nil {
-		phases = append(phases, r.Baseline.Echo)
+		t.phases = append(t.phases, r.Baseline.Echo)
+		t.ratios = r.Baseline.Ratios
 		header += "\techo\tdispenser/echo"
 	}
-	fmt.Fprintln(tw, header+"\t")
-	row := func(name string, f func(p *PhaseReport) string, ratio *MetricRatio) {
-		line := name
-		for _, p := range phases {
-			line += "\t" + f(p)
-		}
-		if len(phases) > 1 {
-			line += "\t" + ratioString(ratio)
-		}
-		fmt.Fprintln(tw, line+"\t")
-	}
-	ratioOf := func(metric string) *MetricRatio {
-		if r.Baseline == nil {
-			return nil
-		}
-		for i := range r.Baseline.Ratios {
-			if r.Baseline.Ratios[i].Metric == metric {
-				return &r.Baseline.Ratios[i]
-			}
-		}
-		return nil
-	}
-	row("elapsed", func(p *PhaseReport) string { return fmt.Sprintf("%.2fs", p.ElapsedS) }, nil)
-	row("requests sent", func(p *PhaseReport) string { return group(p.Sent) }, nil)
-	row("good replies", func(p *PhaseReport) string { return group(p.OK) }, nil)
-	row("IDs", func(p *PhaseReport) string { return group(p.IDs) }, nil)
-	row("requests/s", func(p *PhaseReport) string { return group(int64(p.RequestsPerS)) }, ratioOf("requests/s"))
-	row("IDs/s", func(p *PhaseReport) string { return group(int64(p.IDsPerS)) }, ratioOf("IDs/s"))
+	fmt.Fprintln(w, header+"\t")
+	t.row("elapsed", func(p *PhaseReport) string { return fmt.Sprintf("%.2fs", p.ElapsedS) }, "")
+	t.row("requests sent", func(p *PhaseReport) string { return group(p.Sent) }, "")
+	t.row("good replies", func(p *PhaseReport) string { return group(p.OK) }, "")
+	t.row("IDs", func(p *PhaseReport) string { return group(p.IDs) }, "")
+	t.row("requests/s", func(p *PhaseReport) string { return group(int64(p.RequestsPerS)) }, "requests/s")
+	t.row("IDs/s", func(p *PhaseReport) string { return group(int64(p.IDsPerS)) }, "IDs/s")
 	lat := []struct {
 		name, metric string
 		v            func(l Latency) float64
@@ -268,29 +292,30 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"latency max", "max µs", func(l Latency) float64 { return l.Max }},
 	}
 	for _, l := range lat {
-		row(l.name, func(p *PhaseReport) string {
+		t.row(l.name, func(p *PhaseReport) string {
 			if p.Latency.Count == 0 {
 				return "-"
 			}
 			return latencyString(l.v(p.Latency))
-		}, ratioOf(l.metric))
+		}, l.metric)
 	}
 	if r.Dispenser.SendLag != nil {
-		row("sender lag p99", func(p *PhaseReport) string { return latencyString(p.SendLag.P99) }, nil)
-		row("sender lag max", func(p *PhaseReport) string { return latencyString(p.SendLag.Max) }, nil)
+		t.row("sender lag p99", func(p *PhaseReport) string { return latencyString(p.SendLag.P99) }, "")
+		t.row("sender lag max", func(p *PhaseReport) string { return latencyString(p.SendLag.Max) }, "")
 	}
-	row("errors", func(p *PhaseReport) string { return errorsString(p.Errors) }, nil)
+	t.row("errors", func(p *PhaseReport) string { return errorsString(p.Errors) }, "")
 	if r.Dispenser.LateReplies > 0 || r.Dispenser.SlowConsumer > 0 {
-		row("late replies", func(p *PhaseReport) string { return group(p.LateReplies) }, nil)
-		row("slow-consumer events", func(p *PhaseReport) string { return group(p.SlowConsumer) }, nil)
+		t.row("late replies", func(p *PhaseReport) string { return group(p.LateReplies) }, "")
+		t.row("slow-consumer events", func(p *PhaseReport) string { return group(p.SlowConsumer) }, "")
 	}
 	if r.Dispenser.OrderViolations > 0 {
-		row("IDS OUT OF ORDER IN A REPLY", func(p *PhaseReport) string { return group(p.OrderViolations) }, nil)
+		t.row("IDS OUT OF ORDER IN A REPLY", func(p *PhaseReport) string { return group(p.OrderViolations) }, "")
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+}
 
+// writeNotes writes what does not fit the table: error samples, the check's findings and
+// how the baseline was set up (or why it did not run).
+func (r *Report) writeNotes(w io.Writer) {
 	if len(r.Dispenser.ErrorSamples) > 0 {
 		fmt.Fprintln(w, "\nerror samples (warm-up included):")
 		for _, key := range slices.Sorted(maps.Keys(r.Dispenser.ErrorSamples)) {
@@ -319,7 +344,6 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(w, "\nbaseline echo: %d responders (%s), canned replies of %v bytes\n", b.Responders, b.RespondersSource, b.PayloadBytes)
 		}
 	}
-	return nil
 }
 
 func ratioString(r *MetricRatio) string {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // run carries out the whole bench: the dispenser phase, the check, and the echo baseline.
@@ -26,18 +28,20 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		defer stop()
 		cfg.Conn.URLs = url
 	}
+	subjects, err := wire.NewSubjects(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
 	clients, err := connectClients(cfg, logger)
 	defer closeClients(clients)
 	if err != nil {
 		return nil, err
 	}
 
-	spec := newLoadSpec(cfg, "dispenser", func(tag string) string {
-		return cfg.Prefix + "." + cfg.Kind + "." + tag
-	})
+	spec := newLoadSpec(cfg, "dispenser", func(tag string) string { return subjects.IDs(cfg.Kind, tag) })
 	if cfg.Check {
 		spaces := 1
-		if cfg.Kind == "segment" {
+		if cfg.Kind == wire.Segment {
 			spaces = len(spec.subjects)
 		}
 		for range spaces {
@@ -48,7 +52,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 			defer chk.close()
 			spec.checks = append(spec.checks, chk)
 		}
-		spec.monotonic = cfg.Kind == "segment"
+		spec.monotonic = cfg.Kind == wire.Segment
 	}
 	res, err := runLoad(ctx, clients, spec, progressOut, logger)
 	if err != nil {
@@ -68,7 +72,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		rep.Check = checkReport(found, spec.monotonic, res.regressions)
 	}
 	if cfg.Baseline == "echo" && ctx.Err() == nil {
-		rep.Baseline = runEchoBaseline(ctx, cfg, clients, spec, &rep.Dispenser, progressOut, logger)
+		rep.Baseline = runEchoBaseline(ctx, cfg, subjects, clients, spec, &rep.Dispenser, progressOut, logger)
 	}
 	rep.Interrupted = ctx.Err() != nil
 	return rep, nil
@@ -77,7 +81,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 // newLoadSpec turns the configuration into a phase, with subject naming a tag's subject.
 func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loadSpec {
 	s := &loadSpec{
-		label: label, batch: cfg.Batch, binary: cfg.Encoding == "binary",
+		label: label, batch: cfg.Batch, enc: cfg.Encoding,
 		clients: cfg.Clients, inflight: cfg.Inflight, rate: cfg.Rate,
 		warmup: cfg.Warmup, duration: cfg.Duration, requests: cfg.Requests, timeout: cfg.Timeout,
 	}
@@ -87,8 +91,8 @@ func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loa
 	if cfg.Batch > 1 {
 		s.body = []byte(strconv.Itoa(cfg.Batch))
 	}
-	if s.binary {
-		s.header = nats.Header{"Leaf-Encoding": []string{"binary"}}
+	if s.enc != wire.Text { // text is the default: a plain client sends no header
+		s.header = nats.Header{wire.EncodingHeader: []string{s.enc.String()}}
 	}
 	return s
 }
@@ -96,7 +100,7 @@ func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loa
 // runEchoBaseline repeats the dispenser's load against a bare NATS responder. A baseline
 // that cannot run says why in its report instead of failing the run, whose dispenser
 // numbers stand on their own.
-func runEchoBaseline(ctx context.Context, cfg Config, clients []*benchConn, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
+func runEchoBaseline(ctx context.Context, cfg Config, subjects wire.Subjects, clients []*benchConn, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
 	b := &BaselineReport{}
 	payloads, err := sampleReplies(clients[0].nc, spec)
 	if err != nil {
@@ -108,15 +112,15 @@ func runEchoBaseline(ctx context.Context, cfg Config, clients []*benchConn, spec
 	}
 	b.Responders, b.RespondersSource = cfg.EchoResponders, "--echo-responders"
 	if b.Responders == 0 {
-		n, err := countResponders(clients[0].nc, cfg.Prefix, spec.subjects[0], time.Second)
+		n, err := countResponders(clients[0].nc, subjects.Service(), spec.subjects[0], time.Second)
 		switch {
 		case err != nil:
 			logger.Warn("cannot count the dispenser's endpoints; the echo gets one responder", "err", err)
 			b.Responders, b.RespondersSource = 1, "default: $SRV.INFO failed"
 		case n == 0:
-			b.Responders, b.RespondersSource = 1, "default: no micro service answered $SRV.INFO."+cfg.Prefix
+			b.Responders, b.RespondersSource = 1, "default: no micro service answered $SRV.INFO."+subjects.Service()
 		default:
-			b.Responders, b.RespondersSource = n, "endpoints serving the subject in $SRV.INFO."+cfg.Prefix
+			b.Responders, b.RespondersSource = n, "endpoints serving the subject in $SRV.INFO."+subjects.Service()
 		}
 	}
 	echo, err := startEcho(cfg.Conn, cfg.Tags, payloads, b.Responders, logger)
