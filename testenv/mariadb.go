@@ -352,8 +352,55 @@ func (m *MariaDBServer) dropDatabase(name string) {
 	_, _ = db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`")
 }
 
+// Freeze makes the server hang instead of refusing: it stops the process (SIGSTOP) and
+// returns once every thread of it is stopped, so that from then on no request is
+// answered, not even one already on its way. thaw (SIGCONT) lets it carry on; it also
+// runs at cleanup, and calling it again does nothing. Panics on the shared server.
+func (m *MariaDBServer) Freeze() (thaw func()) {
+	m.mustBePrivate("Freeze")
+	m.mu.Lock()
+	p := m.proc
+	m.mu.Unlock()
+	if p == nil {
+		m.tb.Fatalf("testenv: freeze MariaDB on %s: not running", m.Addr())
+	}
+	var once sync.Once
+	thaw = func() {
+		once.Do(func() {
+			if err := p.thaw(); err != nil {
+				m.tb.Errorf("testenv: thaw MariaDB on %s: %v", m.Addr(), err)
+			}
+		})
+	}
+	m.tb.Cleanup(thaw)
+	if err := p.freeze(); err != nil {
+		m.tb.Fatalf("testenv: freeze MariaDB on %s: %v", m.Addr(), err)
+	}
+	return thaw
+}
+
+// OpenDB opens a database/sql handle on dsn (from NewDatabase or DSN), for a test's own
+// statements, with a 2s dial timeout so that a stopped server fails fast and the
+// driver's connection noise silenced; it is closed at tb's cleanup.
+func OpenDB(tb testing.TB, dsn string) *sql.DB {
+	tb.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		tb.Fatalf("testenv: OpenDB: parse DSN %q: %v", dsn, err)
+	}
+	cfg.Timeout = 2 * time.Second
+	cfg.Logger = &mysql.NopLogger{}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		tb.Fatalf("testenv: OpenDB: %v", err)
+	}
+	db := sql.OpenDB(conn)
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
 // PID is the server's process id while it runs, 0 while stopped. Fault tests may signal
-// it (SIGSTOP makes a server that hangs instead of refusing).
+// it; Freeze is the way to make it hang.
 func (m *MariaDBServer) PID() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

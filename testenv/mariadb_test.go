@@ -9,38 +9,14 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
-// openDB opens dsn with a short dial timeout, so that a stopped server fails fast, and
-// closes it at cleanup.
-func openDB(tb testing.TB, dsn string) *sql.DB {
-	tb.Helper()
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		tb.Fatalf("ParseDSN(%q): %v", dsn, err)
-	}
-	cfg.Timeout = 2 * time.Second
-	cfg.Logger = &mysql.NopLogger{}
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		tb.Fatalf("NewConnector: %v", err)
-	}
-	db := sql.OpenDB(conn)
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
-func ctxFor(tb testing.TB, d time.Duration) context.Context {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
-}
-
 func mustExec(tb testing.TB, db *sql.DB, query string, args ...any) {
 	tb.Helper()
-	if _, err := db.ExecContext(ctxFor(tb, 10*time.Second), query, args...); err != nil {
+	if _, err := db.ExecContext(testutil.Context(tb, 10*time.Second), query, args...); err != nil {
 		tb.Fatalf("Exec(%q): %v", query, err)
 	}
 }
@@ -53,10 +29,10 @@ func TestMariaDBSharedAnswers(t *testing.T) {
 	if !strings.HasPrefix(m.Addr(), "127.0.0.1:") {
 		t.Errorf("Addr() = %q, want 127.0.0.1:port", m.Addr())
 	}
-	db := openDB(t, m.DSN(""))
+	db := testenv.OpenDB(t, m.DSN(""))
 	var version, charset string
 	var now time.Time // parseTime=true is what lets DATETIME scan into time.Time
-	if err := db.QueryRowContext(ctxFor(t, 10*time.Second),
+	if err := db.QueryRowContext(testutil.Context(t, 10*time.Second),
 		"SELECT VERSION(), NOW(), @@character_set_server").Scan(&version, &now, &charset); err != nil {
 		t.Fatalf("SELECT VERSION(), NOW(), @@character_set_server: %v", err)
 	}
@@ -83,18 +59,18 @@ func TestMariaDBNewDatabaseIsolated(t *testing.T) {
 	if dsnA == dsnB {
 		t.Fatalf("NewDatabase twice gave the same DSN %q", dsnA)
 	}
-	a, b := openDB(t, dsnA), openDB(t, dsnB)
+	a, b := testenv.OpenDB(t, dsnA), testenv.OpenDB(t, dsnB)
 	mustExec(t, a, "CREATE TABLE leaf_alloc (biz_tag VARCHAR(128) PRIMARY KEY, max_id BIGINT NOT NULL)")
 	mustExec(t, a, "INSERT INTO leaf_alloc VALUES ('t', 1000)")
 
 	var n int
-	err := b.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT COUNT(*) FROM leaf_alloc").Scan(&n)
+	err := b.QueryRowContext(testutil.Context(t, 10*time.Second), "SELECT COUNT(*) FROM leaf_alloc").Scan(&n)
 	var myErr *mysql.MySQLError
 	if !errors.As(err, &myErr) || myErr.Number != 1146 { // ER_NO_SUCH_TABLE
 		t.Fatalf("SELECT in the second database: err = %v, want error 1146 (no such table)", err)
 	}
 	mustExec(t, b, "CREATE TABLE leaf_alloc (biz_tag VARCHAR(128) PRIMARY KEY, max_id BIGINT NOT NULL)")
-	if err := b.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT COUNT(*) FROM leaf_alloc").Scan(&n); err != nil || n != 0 {
+	if err := b.QueryRowContext(testutil.Context(t, 10*time.Second), "SELECT COUNT(*) FROM leaf_alloc").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows in the second database's leaf_alloc = %d, %v; want 0, nil", n, err)
 	}
 }
@@ -109,9 +85,9 @@ func TestMariaDBNewDatabaseDroppedAtCleanup(t *testing.T) {
 		}
 		name = cfg.DBName
 	})
-	db := openDB(t, m.DSN(""))
+	db := testenv.OpenDB(t, m.DSN(""))
 	var n int
-	if err := db.QueryRowContext(ctxFor(t, 10*time.Second),
+	if err := db.QueryRowContext(testutil.Context(t, 10*time.Second),
 		"SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +113,7 @@ func TestMariaDBPrivateStopStartKeepsData(t *testing.T) {
 		t.Fatalf("StartMariaDB gave the shared server %s", m.Addr())
 	}
 	addr := m.Addr()
-	db := openDB(t, m.NewDatabase(t))
+	db := testenv.OpenDB(t, m.NewDatabase(t))
 	mustExec(t, db, "CREATE TABLE leaf_alloc (biz_tag VARCHAR(128) PRIMARY KEY, max_id BIGINT NOT NULL)")
 	mustExec(t, db, "INSERT INTO leaf_alloc VALUES ('t', 1000)")
 
@@ -161,7 +137,7 @@ func TestMariaDBPrivateStopStartKeepsData(t *testing.T) {
 				if pid := m.PID(); pid != 0 {
 					t.Errorf("PID() after %s = %d, want 0", tt.name, pid)
 				}
-				err := db.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT 1").Scan(new(int))
+				err := db.QueryRowContext(testutil.Context(t, 10*time.Second), "SELECT 1").Scan(new(int))
 				if err == nil {
 					t.Fatalf("SELECT 1 after %s succeeded, want an error", tt.name)
 				}
@@ -173,12 +149,35 @@ func TestMariaDBPrivateStopStartKeepsData(t *testing.T) {
 			var got int64
 			// The pool's old connections died with the server; database/sql retries on a
 			// fresh one.
-			if err := db.QueryRowContext(ctxFor(t, 10*time.Second), "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'").Scan(&got); err != nil {
+			if err := db.QueryRowContext(testutil.Context(t, 10*time.Second), "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'").Scan(&got); err != nil {
 				t.Fatalf("SELECT after %s and Start: %v", tt.name, err)
 			}
 			if got != wantMaxID {
 				t.Errorf("max_id after %s = %d, want %d (committed before the stop)", tt.name, got, wantMaxID)
 			}
 		})
+	}
+}
+
+// TestMariaDBFreeze: a frozen server answers nothing, so a query ends at its context's
+// deadline, not earlier and not with an answer; thawed, it answers on the same pool.
+func TestMariaDBFreeze(t *testing.T) {
+	m := testenv.StartMariaDB(t)
+	db := testenv.OpenDB(t, m.DSN(""))
+	if err := db.QueryRowContext(testutil.Context(t, 10*time.Second), "SELECT 1").Scan(new(int)); err != nil {
+		t.Fatalf("SELECT 1 before Freeze: %v", err)
+	}
+	thaw := m.Freeze()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
+	if d := time.Since(began); !errors.Is(err, context.DeadlineExceeded) || d < 300*time.Millisecond {
+		t.Fatalf("SELECT 1 on a frozen server = %v after %v, want %v after 300ms", err, d, context.DeadlineExceeded)
+	}
+	thaw()
+	thaw() // twice: nothing more
+	if err := db.QueryRowContext(testutil.Context(t, 10*time.Second), "SELECT 1").Scan(new(int)); err != nil {
+		t.Fatalf("SELECT 1 after thaw: %v", err)
 	}
 }

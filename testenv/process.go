@@ -270,16 +270,89 @@ func sweepStaleDirs() {
 
 // processAlive reports whether pid names a process that is not a zombie.
 func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	state, err := procState(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist)
+	}
+	return state != 'Z' && state != 'X'
+}
+
+// procState reads the state letter of a /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat
+// file: R running, S sleeping, T stopped, Z zombie, and so on; 0 when unreadable.
+func procState(statPath string) (byte, error) {
+	b, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, err
 	}
 	// The state follows the command name in parentheses, which may itself hold spaces.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
-		return true
+		return 0, nil
 	}
-	return b[i+2] != 'Z' && b[i+2] != 'X'
+	return b[i+2], nil
+}
+
+// freezeTimeout bounds the wait for every thread of a SIGSTOPped process to stop.
+const freezeTimeout = 10 * time.Second
+
+// freeze sends SIGSTOP and returns once every thread of the process is stopped. kill(2)
+// only queues the signal: each thread stops when it next runs, so for a moment (long,
+// on a loaded machine) a thread woken by a request can still answer it.
+func (p *proc) freeze() error {
+	if err := syscall.Kill(p.pid(), syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("SIGSTOP pid %d: %w", p.pid(), err)
+	}
+	deadline := time.Now().Add(freezeTimeout)
+	for {
+		running, err := p.runningThreads()
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: %d threads still not stopped %v after SIGSTOP", p.pid(), running, freezeTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the process's threads that are not stopped.
+func (p *proc) runningThreads() (int, error) {
+	if p.exited() {
+		return 0, fmt.Errorf("pid %d exited", p.pid())
+	}
+	taskDir := fmt.Sprintf("/proc/%d/task", p.pid())
+	tasks, err := os.ReadDir(taskDir)
+	if err != nil {
+		return 0, fmt.Errorf("list threads: %w", err)
+	}
+	running := 0
+	for _, t := range tasks {
+		state, err := procState(filepath.Join(taskDir, t.Name(), "stat"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread ended meanwhile
+		}
+		if err != nil {
+			return 0, fmt.Errorf("thread state: %w", err)
+		}
+		if state != 'T' {
+			running++
+		}
+	}
+	return running, nil
+}
+
+// thaw sends SIGCONT to a frozen process.
+func (p *proc) thaw() error {
+	if p.exited() {
+		return nil
+	}
+	if err := syscall.Kill(p.pid(), syscall.SIGCONT); err != nil {
+		return fmt.Errorf("SIGCONT pid %d: %w", p.pid(), err)
+	}
+	return nil
 }
 
 // copyDir copies the tree src to dst (which must not exist), keeping file modes.
