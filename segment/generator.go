@@ -5,21 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leafbus/leafbus/internal/backoff"
 )
 
 // Generator serves segment IDs for every tag of a Store. Create it with New, start it
 // with Run; TryFill and Fill may then be called from any number of goroutines.
 type Generator struct {
-	cfg      Config
-	now      func() time.Time
-	log      *slog.Logger
-	retryMin time.Duration // first back-off after a failed load or refresh, doubled each time
-	retryMax time.Duration
+	cfg Config
+	now func() time.Time
+	log *slog.Logger
 
 	state atomic.Int32
 	// tags maps a name to its buffer. The map is never changed once published: writers
@@ -53,13 +52,12 @@ const (
 	stateStopped
 )
 
-// Back-off of background loads and tag list loads. The cap bounds how long a tag stays
+// retryPolicy is the back-off of background loads and tag list loads: 20ms, doubling,
+// each wait between half and all of its ceiling so that tags (and dispensers) that
+// failed together do not retry together. The cap bounds how long a tag stays
 // unavailable after its store comes back; with it, 10,000 failing tags cost the store
-// at most 5,000 attempts a second.
-const (
-	retryMin = 20 * time.Millisecond
-	retryMax = 2 * time.Second
-)
+// at most 10,000 attempts a second.
+var retryPolicy = backoff.Policy{Min: 20 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
 // Stats is a snapshot of the generator's counters, for the service's stats endpoint.
 type Stats struct {
@@ -87,8 +85,6 @@ func New(cfg Config) (*Generator, error) {
 		cfg:         cfg,
 		now:         cfg.Now,
 		log:         cfg.Logger,
-		retryMin:    retryMin,
-		retryMax:    retryMax,
 		pending:     make(map[string]*buffer),
 		ready:       make(chan struct{}),
 		done:        make(chan struct{}),
@@ -120,13 +116,14 @@ func (g *Generator) Run(ctx context.Context) error {
 	g.runMu.Unlock()
 	defer g.stop(cancel)
 
-	for wait := g.retryMin; ; wait = min(2*wait, g.retryMax) {
+	for bo := backoff.New(retryPolicy); ; {
 		err := g.refresh(ctx)
 		if err == nil {
 			break
 		}
+		wait := bo.Next()
 		g.log.Warn("segment: first tag list load failed, retrying", "err", err, "retry_in", wait)
-		if !sleep(ctx, jitter(wait)) {
+		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
 	}
@@ -391,7 +388,7 @@ func (g *Generator) spawn(f func(ctx context.Context)) bool {
 // one, the tag turns out not to exist, b is dropped, nobody waits for a pending lookup
 // any more, or ctx ends.
 func (g *Generator) load(ctx context.Context, b *buffer) {
-	for wait := g.retryMin; ; wait = min(2*wait, g.retryMax) {
+	for bo := backoff.New(retryPolicy); ; {
 		b.mu.Lock()
 		if b.dropped {
 			b.loading = false
@@ -423,10 +420,11 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 			g.forget(b, err)
 			return
 		}
+		wait := bo.Next()
 		if g.failed(b, err, wait) {
 			return
 		}
-		if !sleep(ctx, jitter(wait)) {
+		if !backoff.Sleep(ctx, wait) {
 			b.mu.Lock()
 			b.loading = false
 			b.mu.Unlock()
@@ -642,22 +640,4 @@ func (g *Generator) Stats() Stats {
 		s.LastError = *msg
 	}
 	return s
-}
-
-// jitter spreads a back-off over [d/2, d] so that tags (and dispensers) that failed
-// together do not retry together.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits d, or returns false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/backoff"
 )
 
 // KVStore is a Store in a JetStream key-value bucket: the embedded default, needing
@@ -43,10 +44,13 @@ type kvRow struct {
 // an error the generator retries later instead of a goroutine spinning forever.
 const (
 	kvCASAttempts = 32
-	kvCASBackoff  = 2 * time.Millisecond   // first wait between attempts, doubled each round
-	kvCASMaxWait  = 100 * time.Millisecond // cap of one wait
-	kvStopDrain   = 5 * time.Second        // how long Tags waits for a stopped watcher to close
+	kvStopDrain   = 5 * time.Second // how long Tags waits for a stopped watcher to close
 )
+
+// kvCASPolicy is the wait between compare-and-set attempts: 2ms, doubling, at most
+// 100ms, with full jitter, so that dispensers that collided once do not collide again
+// in step.
+var kvCASPolicy = backoff.Policy{Min: 2 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: 1}
 
 // OpenKVStore creates the bucket (file storage, replicas copies, history 1) or binds to it
 // when it exists, whatever its settings, and returns the store.
@@ -192,7 +196,7 @@ func (s *KVStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 // cas reads tag, applies change and writes the result over the revision it read,
 // starting again when another writer got in between.
 func (s *KVStore) cas(ctx context.Context, op, tag string, change func(Tag) (Tag, error)) (Tag, error) {
-	wait := kvCASBackoff
+	bo := backoff.New(kvCASPolicy)
 	for attempt := 1; ; attempt++ {
 		t, rev, err := s.get(ctx, tag)
 		if err != nil {
@@ -216,15 +220,9 @@ func (s *KVStore) cas(ctx context.Context, op, tag string, change func(Tag) (Tag
 		if attempt == kvCASAttempts {
 			return Tag{}, fmt.Errorf("segment: kv %s %q: %d writers in a row got in first: %w", op, tag, attempt, ErrUnavailable)
 		}
-		// Full jitter: dispensers that collided once should not collide again in step.
-		timer := time.NewTimer(rand.N(wait) + 1)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		if !bo.Wait(ctx) {
 			return Tag{}, fmt.Errorf("segment: kv %s %q: %w", op, tag, ctx.Err())
 		}
-		wait = min(2*wait, kvCASMaxWait)
 	}
 }
 
