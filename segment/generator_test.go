@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leafbus/leafbus/snowflake"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -260,24 +262,6 @@ func TestPreloadAtTenPercent(t *testing.T) {
 	}
 }
 
-// fakeClock is an injected Config.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // TestDynamicStep drives loads with an injected clock and checks the step each asks the
 // store for, Leaf's way, including an admin's step change raising the floor.
 func TestDynamicStep(t *testing.T) {
@@ -296,7 +280,7 @@ func TestDynamicStep(t *testing.T) {
 		return len(asked), asked[len(asked)-1]
 	}
 	mustAdd(t, store, Tag{Name: "a", Step: 100})
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := snowflake.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg := testConfig(t, store)
 	cfg.Now = clock.Now
 	cfg.MaxStep = 1000
@@ -346,7 +330,7 @@ func TestDynamicStep(t *testing.T) {
 		for _, f := range tc.before {
 			f()
 		}
-		clock.Advance(tc.elapsed)
+		clock.Add(tc.elapsed)
 		loads := g.Stats().Loads
 		before, _ := lastAsked()
 		for n := 0; ; n++ {

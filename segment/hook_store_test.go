@@ -3,11 +3,11 @@ package segment
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 // hookStore wraps an InmemStore; a test sets a hook to make a method slow, failing or
@@ -82,7 +82,7 @@ func testConfig(tb testing.TB, store Store) Config {
 	cfg := DefaultConfig()
 	cfg.Store = store
 	cfg.WaitMax = 5 * time.Second
-	cfg.Logger = testLogger(tb)
+	cfg.Logger = testutil.Logger(tb)
 	return cfg
 }
 
@@ -106,43 +106,13 @@ func startGenerator(tb testing.TB, cfg Config) (*Generator, func()) {
 // runGenerator starts g.Run and returns the function that stops it and waits.
 func runGenerator(tb testing.TB, g *Generator) func() {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("Run returned %v, want nil", err)
-			}
-		case <-time.After(10 * time.Second):
-			tb.Errorf("Run did not return within 10s of its context ending")
-		}
-	}
-	tb.Cleanup(stop)
-	return stop
+	return testutil.Run(tb, "Generator.Run", g.Run)
 }
 
 // waitFor polls cond until it holds, failing the test after 10s.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-timeout.C:
-			tb.Fatalf("timed out after 10s waiting for %s", what)
-		}
-	}
+	testutil.Eventually(tb, 10*time.Second, what, cond)
 }
 
 // fill is Fill with a bounded context that fails the test on error.
@@ -160,18 +130,6 @@ func fill(tb testing.TB, g *Generator, tag string, n int) []int64 {
 // bufferOf returns tag's resident buffer, or nil.
 func (g *Generator) bufferOf(tag string) *buffer {
 	return (*g.tags.Load())[tag]
-}
-
-// tbWriter sends log lines to the test's log, shown only when it fails.
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // errBoom is what failing hooks return.

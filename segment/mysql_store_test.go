@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -34,7 +34,7 @@ func openMySQL(tb testing.TB, dsn string) *mysqlUnderTest {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := OpenMySQLStore(ctx, MySQLConfig{DSN: dsn, CreateTable: true, Logger: testLogger(tb)})
+	s, err := OpenMySQLStore(ctx, MySQLConfig{DSN: dsn, CreateTable: true, Logger: testutil.Logger(tb)})
 	if err != nil {
 		tb.Fatalf("OpenMySQLStore: %v", err)
 	}
@@ -46,23 +46,7 @@ func openMySQL(tb testing.TB, dsn string) *mysqlUnderTest {
 	return &mysqlUnderTest{MySQLStore: s, dsn: dsn}
 }
 
-// sqlDB is a plain database/sql handle on dsn, for the statements a Leaf node or an
-// operator would run by hand; closed at cleanup.
-func sqlDB(tb testing.TB, dsn string) *sql.DB {
-	tb.Helper()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		tb.Fatalf("sql.Open: %v", err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
-func testCtx(tb testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	tb.Cleanup(cancel)
-	return ctx
-}
+func testCtx(tb testing.TB) context.Context { return testutil.Context(tb, 30*time.Second) }
 
 func TestMySQLStore(t *testing.T) {
 	srv := testenv.MariaDB(t)
@@ -93,7 +77,7 @@ func TestMySQLSchema(t *testing.T) {
 		}
 		return ddl
 	}
-	want := sqlDB(t, srv.NewDatabase(t))
+	want := testenv.OpenDB(t, srv.NewDatabase(t))
 	if _, err := want.ExecContext(ctx, protocolDDL); err != nil {
 		t.Fatalf("PROTOCOL's DDL: %v", err)
 	}
@@ -127,7 +111,7 @@ func TestOpenMySQLStore(t *testing.T) {
 	})
 	t.Run("ErrNoLeafAlloc/WrongTable", func(t *testing.T) {
 		dsn := srv.NewDatabase(t)
-		if _, err := sqlDB(t, dsn).ExecContext(ctx, "CREATE TABLE leaf_alloc (biz_tag varchar(128) PRIMARY KEY, max_id bigint)"); err != nil {
+		if _, err := testenv.OpenDB(t, dsn).ExecContext(ctx, "CREATE TABLE leaf_alloc (biz_tag varchar(128) PRIMARY KEY, max_id bigint)"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := OpenMySQLStore(ctx, MySQLConfig{DSN: dsn, CreateTable: true}); !errors.Is(err, ErrNoLeafAlloc) {
@@ -183,7 +167,7 @@ func TestOpenMySQLStore(t *testing.T) {
 // without moving max_id.
 func TestMySQLStoreRowBySQL(t *testing.T) {
 	s := openMySQL(t, testenv.MariaDB(t).NewDatabase(t))
-	db := sqlDB(t, s.dsn)
+	db := testenv.OpenDB(t, s.dsn)
 	ctx := testCtx(t)
 	if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('leaf-segment-test', 2000, 'Test leaf Segment Mode Get Id')"); err != nil {
 		t.Fatal(err)
@@ -246,7 +230,7 @@ func TestMySQLStoreNeverSplicesTag(t *testing.T) {
 		t.Fatalf("Tag(a) = %+v, %v; want the row untouched, max_id 1", got, err)
 	}
 	const quoted = "o'brien"
-	if _, err := sqlDB(t, s.dsn).ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, step) VALUES (?, 5)", quoted); err != nil {
+	if _, err := testenv.OpenDB(t, s.dsn).ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, step) VALUES (?, 5)", quoted); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.take(ctx, quoted, 0); err != nil || got.Name != quoted || got.MaxID != 6 {
@@ -260,7 +244,7 @@ func TestMySQLStoreNeverSplicesTag(t *testing.T) {
 func TestMySQLStoreLeafCompat(t *testing.T) {
 	s := openMySQL(t, testenv.MariaDB(t).NewDatabase(t))
 	peer := s.peer(t)
-	leaf := sqlDB(t, s.dsn)
+	leaf := testenv.OpenDB(t, s.dsn)
 	ctx := testCtx(t)
 	tags := []string{"orders", "users"}
 	for _, name := range tags {
@@ -377,7 +361,7 @@ func TestMySQLStoreServerDown(t *testing.T) {
 	srv := testenv.StartMariaDB(t)
 	ctx := testCtx(t)
 	dsn := srv.NewDatabase(t)
-	s, err := OpenMySQLStore(ctx, MySQLConfig{DSN: dsn, CreateTable: true, QueryTimeout: time.Second, Logger: testLogger(t)})
+	s, err := OpenMySQLStore(ctx, MySQLConfig{DSN: dsn, CreateTable: true, QueryTimeout: time.Second, Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,27 +390,17 @@ func TestMySQLStoreServerDown(t *testing.T) {
 		t.Fatalf("Take after restart = %+v, %v; want max_id 11", got, err)
 	}
 
-	// A server that hangs instead of refusing (SIGSTOP) ends the call at QueryTimeout.
-	pid := srv.PID()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				t.Errorf("SIGCONT: %v", err)
-			}
-		}
-	}
-	defer resume()
+	// A server that hangs instead of refusing ends the call at QueryTimeout (1s), not
+	// before (it would not be hanging) and not much after (the bound would not hold).
+	// Freeze returns once every server thread is stopped; a bare SIGSTOP let a thread
+	// still answer a Take at once on a loaded machine.
+	thaw := srv.Freeze()
 	began = time.Now()
 	_, err = s.Take(ctx, "a", 0)
-	if d := time.Since(began); err == nil || d > 3*time.Second {
+	if d := time.Since(began); err == nil || d < 900*time.Millisecond || d > 3*time.Second {
 		t.Fatalf("Take on a hung server = %v after %v, want an error after about 1s", err, d)
 	}
-	resume()
+	thaw()
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		if got, err = s.Take(ctx, "a", 0); err == nil || time.Now().After(deadline) {
@@ -437,7 +411,7 @@ func TestMySQLStoreServerDown(t *testing.T) {
 	// Whether the hung Take committed is unknown to the caller (a gap at most); the
 	// next range starts wherever the row is now.
 	if err != nil || (got.MaxID != 21 && got.MaxID != 31) {
-		t.Fatalf("Take after SIGCONT = %+v, %v; want max_id 21 or 31", got, err)
+		t.Fatalf("Take after the thaw = %+v, %v; want max_id 21 or 31", got, err)
 	}
 }
 
