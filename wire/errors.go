@@ -22,6 +22,10 @@ var (
 	ErrInternal = errors.New("internal error")
 	// ErrBadReply is returned by DecodeIDs for a reply body that breaks the protocol.
 	ErrBadReply = errors.New("bad reply")
+	// ErrOutOfOrder is returned by DecodeIDs when every ID of a reply is well formed but
+	// they do not strictly increase: a broken promise rather than a malformed body. It
+	// also matches ErrBadReply.
+	ErrOutOfOrder = fmt.Errorf("%w: IDs not strictly increasing", ErrBadReply)
 )
 
 // classes pairs each error class with its code; CodeOf and Error.Is read it.

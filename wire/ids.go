@@ -80,12 +80,15 @@ func DecodeIDs(dst []int64, body []byte, enc Encoding) ([]int64, error) {
 		return dst[:start], err
 	}
 	ids := dst[start:]
+	// Every ID well formed first, so that ErrOutOfOrder means only the order is wrong.
 	for i, id := range ids {
 		if id < 1 {
 			return dst[:start], fmt.Errorf("%w: ID %d at position %d is not positive", ErrBadReply, uint64(id), i)
 		}
-		if i > 0 && id <= ids[i-1] {
-			return dst[:start], fmt.Errorf("%w: IDs not strictly increasing: %d follows %d", ErrBadReply, id, ids[i-1])
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			return dst[:start], fmt.Errorf("%w: %d follows %d", ErrOutOfOrder, ids[i], ids[i-1])
 		}
 	}
 	return dst, nil
@@ -100,8 +103,11 @@ func decodeText(dst []int64, body []byte) ([]int64, error) {
 	for i, c := range body {
 		switch {
 		case c >= '0' && c <= '9':
-			if d := uint64(c - '0'); v > (math.MaxInt64-d)/10 {
-				return dst, fmt.Errorf("%w: number at byte %d exceeds 2^63-1", ErrBadReply, i)
+			// Up to 18 digits cannot pass 2^63-1; only longer numbers pay for the check.
+			if digits >= 18 {
+				if d := uint64(c - '0'); v > (math.MaxInt64-d)/10 {
+					return dst, fmt.Errorf("%w: number at byte %d exceeds 2^63-1", ErrBadReply, i)
+				}
 			}
 			v = v*10 + uint64(c-'0')
 			digits++

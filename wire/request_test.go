@@ -169,6 +169,9 @@ func TestDecodeIDsRefusesBadReplies(t *testing.T) {
 			if !errors.Is(err, ErrBadReply) {
 				t.Fatalf("DecodeIDs(%q, %v) = %v, %v; want ErrBadReply", tt.body, tt.enc, got, err)
 			}
+			if (tt.name == "NotIncreasing" || tt.name == "Decreasing") != errors.Is(err, ErrOutOfOrder) {
+				t.Fatalf("DecodeIDs(%q) = %v: ErrOutOfOrder exactly for well-formed IDs out of order", tt.body, err)
+			}
 			if len(got) != 1 || got[0] != 42 {
 				t.Fatalf("DecodeIDs(%q) left dst %v, want it as it was ([42])", tt.body, got)
 			}

@@ -461,7 +461,7 @@ func (w *worker) handle(m *nats.Msg) int {
 		w.res.late++
 		ids, err := parseReply(m.Header, m.Data, w.spec.batch, w.spec.enc, w.idbuf[:0])
 		switch {
-		case errors.Is(err, ErrOutOfOrder):
+		case errors.Is(err, wire.ErrOutOfOrder):
 			w.res.orderViolations++
 		case err == nil:
 			w.keep(w.tag(seq), ids)
@@ -492,7 +492,7 @@ func (w *worker) complete(e *pending, m *nats.Msg, now time.Duration) {
 	var err error
 	w.idbuf, err = parseReply(m.Header, m.Data, w.spec.batch, w.spec.enc, w.idbuf[:0])
 	if err != nil {
-		if errors.Is(err, ErrOutOfOrder) {
+		if errors.Is(err, wire.ErrOutOfOrder) {
 			w.res.orderViolations++
 		}
 		key := errKey(err)

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"iter"
-	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -19,19 +16,6 @@ const (
 	statusHeader       = "Status"
 	noRespondersStatus = "503"
 )
-
-// ErrOutOfOrder is returned by parseReply when a reply holds IDs that are each valid but do
-// not strictly increase. The error also matches wire.ErrBadReply; the bench exits non-zero
-// when it sees one, since an ID repeated or going back inside one reply is a broken promise,
-// not a malformed body.
-var ErrOutOfOrder = errors.New("IDs not strictly increasing")
-
-// orderError is a wire.DecodeIDs error that parseReply found to be an order violation.
-type orderError struct{ err error }
-
-func (e *orderError) Error() string        { return e.err.Error() }
-func (e *orderError) Unwrap() error        { return e.err }
-func (e *orderError) Is(target error) bool { return target == ErrOutOfOrder }
 
 // Keys of the errors-by-code table besides the service codes themselves.
 const (
@@ -62,7 +46,7 @@ func errKey(err error) string {
 // generator, for the dispenser and the echo baseline alike.
 //
 // Errors: a *wire.Error for a dispenser's error reply, nats.ErrNoResponders, or one that
-// matches wire.ErrBadReply (and ErrOutOfOrder when that is what was wrong).
+// matches wire.ErrBadReply (and wire.ErrOutOfOrder when that is what was wrong).
 func parseReply(h nats.Header, data []byte, batch int, enc wire.Encoding, dst []int64) ([]int64, error) {
 	if code := h.Get(wire.ServiceErrorCodeHeader); code != "" {
 		return dst, wire.ReplyError(code, h.Get(wire.ServiceErrorHeader))
@@ -73,38 +57,10 @@ func parseReply(h nats.Header, data []byte, batch int, enc wire.Encoding, dst []
 	start := len(dst)
 	dst, err := wire.DecodeIDs(dst, data, enc)
 	if err != nil {
-		if outOfOrder(data, enc) {
-			err = &orderError{err}
-		}
 		return dst, err
 	}
 	if n := len(dst) - start; n != batch {
 		return dst[:start], fmt.Errorf("%w: %d IDs, asked for %d", wire.ErrBadReply, n, batch)
 	}
 	return dst, nil
-}
-
-// outOfOrder reports whether a body that wire.DecodeIDs refused holds more than one ID and
-// each of them alone is a good reply. DecodeIDs checks that a body is a list of IDs, that
-// each is a positive int64 and that they strictly increase; when every ID passes alone,
-// the order is what failed. It runs on refused replies only, so it may take its time.
-func outOfOrder(body []byte, enc wire.Encoding) bool {
-	var one [1]int64
-	n := 0
-	for field := range replyFields(body, enc) {
-		if _, err := wire.DecodeIDs(one[:0], field, enc); err != nil {
-			return false
-		}
-		n++
-	}
-	return n > 1
-}
-
-// replyFields splits a body into the pieces that each hold one ID: the lines of text,
-// the eight-byte words of binary (a short tail is a piece of its own, which fails).
-func replyFields(body []byte, enc wire.Encoding) iter.Seq[[]byte] {
-	if enc == wire.Binary {
-		return slices.Chunk(body, 8)
-	}
-	return bytes.SplitSeq(body, []byte{'\n'})
 }

@@ -54,15 +54,15 @@ func TestParseReply(t *testing.T) {
 		{"ErrTextZero", nil, []byte("0"), 1, wire.Text, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrTextAboveInt64", nil, []byte("9223372036854775808"), 1, wire.Text, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrTextHuge", nil, []byte("123456789012345678901234"), 1, wire.Text, nil, wire.ErrBadReply, errKeyBadReply},
-		{"ErrTextDescending", nil, []byte("5\n4"), 2, wire.Text, nil, ErrOutOfOrder, errKeyBadReply},
-		{"ErrTextRepeat", nil, []byte("5\n5"), 2, wire.Text, nil, ErrOutOfOrder, errKeyBadReply},
-		{"ErrTextRepeatWrongCount", nil, []byte("5\n5"), 3, wire.Text, nil, ErrOutOfOrder, errKeyBadReply},
+		{"ErrTextDescending", nil, []byte("5\n4"), 2, wire.Text, nil, wire.ErrOutOfOrder, errKeyBadReply},
+		{"ErrTextRepeat", nil, []byte("5\n5"), 2, wire.Text, nil, wire.ErrOutOfOrder, errKeyBadReply},
+		{"ErrTextRepeatWrongCount", nil, []byte("5\n5"), 3, wire.Text, nil, wire.ErrOutOfOrder, errKeyBadReply},
 		{"ErrTextRepeatAndZero", nil, []byte("5\n5\n0"), 3, wire.Text, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrTextRepeatTrailingNewline", nil, []byte("5\n5\n"), 2, wire.Text, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrBinaryShort", nil, be(1)[:7], 1, wire.Binary, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrBinaryWrongCount", nil, be(1, 2), 3, wire.Binary, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrBinaryNegative", nil, be(1 << 63), 1, wire.Binary, nil, wire.ErrBadReply, errKeyBadReply},
-		{"ErrBinaryDescending", nil, be(9, 3), 2, wire.Binary, nil, ErrOutOfOrder, errKeyBadReply},
+		{"ErrBinaryDescending", nil, be(9, 3), 2, wire.Binary, nil, wire.ErrOutOfOrder, errKeyBadReply},
 		{"ErrBinaryDescendingShortTail", nil, be(9, 3)[:15], 2, wire.Binary, nil, wire.ErrBadReply, errKeyBadReply},
 		{"ErrTextWhenBinaryAsked", nil, []byte("12345678"), 2, wire.Binary, nil, wire.ErrBadReply, errKeyBadReply},
 	}
@@ -78,10 +78,10 @@ func TestParseReply(t *testing.T) {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("parseReply(%q) error = %v, want %v", tt.body, err, tt.wantErr)
 				}
-				if ooo := errors.Is(err, ErrOutOfOrder); ooo != (tt.wantErr == ErrOutOfOrder) {
-					t.Errorf("parseReply(%q) error %v: errors.Is(ErrOutOfOrder) = %v", tt.body, err, ooo)
+				if ooo := errors.Is(err, wire.ErrOutOfOrder); ooo != (tt.wantErr == wire.ErrOutOfOrder) {
+					t.Errorf("parseReply(%q) error %v: errors.Is(wire.ErrOutOfOrder) = %v", tt.body, err, ooo)
 				}
-				if tt.wantErr == ErrOutOfOrder && !errors.Is(err, wire.ErrBadReply) {
+				if tt.wantErr == wire.ErrOutOfOrder && !errors.Is(err, wire.ErrBadReply) {
 					t.Errorf("parseReply(%q) error %v: want it to match wire.ErrBadReply too", tt.body, err)
 				}
 				if key := errKey(err); key != tt.wantKey {
