@@ -20,6 +20,7 @@ type buffer struct {
 	resident bool     // in Generator.tags; false while a first lookup is pending
 	dropped  bool     // out of Generator.tags and pending: loads stop, requests look up again
 	notFound bool     // the store said the tag does not exist
+	wentBack bool     // the last load found the store below the tag's mark: err says so, requests get it at once
 	gen      uint64   // refresh generation in which a lookup made it resident
 	waiters  int      // Fill calls waiting on changed
 	step     int64    // the step of the last load (Leaf's dynamic step)

@@ -16,9 +16,10 @@ import (
 // Generator serves segment IDs for every tag of a Store. Create it with New, start it
 // with Run; TryFill and Fill may then be called from any number of goroutines.
 type Generator struct {
-	cfg Config
-	now func() time.Time
-	log *slog.Logger
+	cfg     Config
+	now     func() time.Time
+	log     *slog.Logger
+	recheck time.Duration // how often a tag whose store went backwards is read again
 
 	state atomic.Int32
 	// tags maps a name to its buffer. The map is never changed once published: writers
@@ -28,6 +29,15 @@ type Generator struct {
 	mu      sync.Mutex         // guards pending, gen and the copy-on-write of tags
 	pending map[string]*buffer // tags not in tags, being looked up for a request
 	gen     uint64             // counts refreshes
+
+	// behind holds the names of tags whose store was last found below this node's
+	// high-water mark. Their loads read the tag before they take a segment: each Take
+	// of a store still behind would move its max_id on by a step, and enough of them
+	// would carry it past this node's mark into ranges that other dispensers already
+	// handed out, where nothing would stop it any more. Keyed by name rather than kept
+	// in the buffer, so that a buffer dropped and made again does not forget it.
+	behindMu sync.Mutex
+	behind   map[string]struct{}
 
 	runMu    sync.Mutex // guards the fields below; never held while taking another lock
 	runCtx   context.Context
@@ -42,6 +52,7 @@ type Generator struct {
 	loads, loadErrors, lookups, notFound  atomic.Uint64
 	waits, waitTimeouts                   atomic.Uint64
 	refreshes, refreshErrors, droppedTags atomic.Uint64
+	wentBack                              atomic.Uint64
 	lastError                             atomic.Pointer[string]
 }
 
@@ -59,6 +70,12 @@ const (
 // at most 10,000 attempts a second.
 var retryPolicy = backoff.Policy{Min: 20 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
+// behindRecheck is how often a tag whose store went backwards is read again, to notice
+// the operator's repair. Slower than retryMax on purpose: a repair takes a person, and
+// each recheck that finds the store still behind logs an error, so a rewound store
+// with thousands of tags in use logs hundreds of lines a second, not thousands.
+const behindRecheck = 5 * time.Second
+
 // Stats is a snapshot of the generator's counters, for the service's stats endpoint.
 type Stats struct {
 	Ready         bool   `json:"ready"`
@@ -72,7 +89,9 @@ type Stats struct {
 	WaitTimeouts  uint64 `json:"wait_timeouts"`   // of which gave up after WaitMax
 	Refreshes     uint64 `json:"refreshes"`       // tag list loads
 	RefreshErrors uint64 `json:"refresh_errors"`
-	DroppedTags   uint64 `json:"dropped_tags"` // buffers dropped because their tag left the store
+	DroppedTags   uint64 `json:"dropped_tags"`    // buffers dropped because their tag left the store
+	StoreWentBack uint64 `json:"store_went_back"` // loads refused: the store was below this node's mark for the tag (ErrStoreWentBack)
+	TagsBehind    int    `json:"tags_behind"`     // tags refused now, until their store is repaired
 	LastError     string `json:"last_error,omitempty"`
 }
 
@@ -85,6 +104,8 @@ func New(cfg Config) (*Generator, error) {
 		cfg:         cfg,
 		now:         cfg.Now,
 		log:         cfg.Logger,
+		recheck:     behindRecheck,
+		behind:      make(map[string]struct{}),
 		pending:     make(map[string]*buffer),
 		ready:       make(chan struct{}),
 		done:        make(chan struct{}),
@@ -167,7 +188,8 @@ func (g *Generator) Ready() <-chan struct{} { return g.ready }
 // and IDs it took from the end of a spent segment are skipped (a gap, never a
 // duplicate). err is final: ErrInvalidTag, ErrUnavailable when starting or stopped.
 // The IDs in dst are strictly increasing. One ID or a whole batch costs one atomic add
-// and no allocation.
+// and no allocation. ErrStoreWentBack is final too: the tag's store went backwards, and
+// waiting does not help until an operator repairs it.
 func (g *Generator) TryFill(tag string, dst []int64) (ok bool, err error) {
 	if s := g.state.Load(); s != stateReady {
 		return false, g.stateErr(s)
@@ -194,8 +216,9 @@ func (g *Generator) TryFill(tag string, dst []int64) (ok bool, err error) {
 
 // Fill is TryFill that waits (at most WaitMax, or until ctx ends) for the tag lookup or
 // the next segment. It returns an error wrapping ErrTagNotFound for a tag the store
-// does not have, and one wrapping ErrUnavailable (and the store's or ctx's error) when
-// it gave up waiting.
+// does not have, one wrapping ErrStoreWentBack at once for a tag whose store went
+// backwards, and one wrapping ErrUnavailable (and the store's or ctx's error) when it
+// gave up waiting.
 func (g *Generator) Fill(ctx context.Context, tag string, dst []int64) error {
 	if s := g.state.Load(); s != stateReady {
 		return g.stateErr(s)
@@ -296,6 +319,13 @@ func (g *Generator) fillSlow(ctx context.Context, tag string, b *buffer, dst []i
 			b.mu.Unlock()
 			b = nil
 			continue
+		}
+		if b.wentBack {
+			// Answer at once: only a repair of the store helps, and the loader, still
+			// rechecking, notices it.
+			err := b.err
+			b.mu.Unlock()
+			return false, err
 		}
 		g.startLoad(b)
 		if !wait {
@@ -403,12 +433,10 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 		b.mu.Unlock()
 
 		callCtx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
-		t, err := g.cfg.Store.Take(callCtx, b.name, step)
+		err := g.loadOnce(callCtx, b, step)
 		cancel()
 		if err == nil {
-			if err = g.install(b, t, step); err == nil {
-				return
-			}
+			return
 		}
 		if ctx.Err() != nil {
 			b.mu.Lock()
@@ -421,6 +449,9 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 			return
 		}
 		wait := bo.Next()
+		if errors.Is(err, ErrStoreWentBack) {
+			wait = g.recheck // read again, never a blind retry: see the marks check
+		}
 		if g.failed(b, err, wait) {
 			return
 		}
@@ -433,9 +464,18 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 	}
 }
 
-// install makes t's segment b's current one (when there is none or it is spent) or its
-// next one, and records the step state.
-func (g *Generator) install(b *buffer, t Tag, step int64) error {
+// loadOnce takes one segment for b from the store, checks it against the tag's mark
+// (recording the new mark durably) and installs it.
+func (g *Generator) loadOnce(ctx context.Context, b *buffer, step int64) error {
+	if g.isBehind(b.name) {
+		if err := g.recheckStore(ctx, b.name); err != nil {
+			return err
+		}
+	}
+	t, err := g.cfg.Store.Take(ctx, b.name, step)
+	if err != nil {
+		return err
+	}
 	used := step
 	if used == 0 {
 		used = t.Step
@@ -444,6 +484,87 @@ func (g *Generator) install(b *buffer, t Tag, step int64) error {
 		return fmt.Errorf("segment: tag %q: store granted a segment of step %d", b.name, used)
 	}
 	seg := newSegment(t.MaxID, used)
+	if err := g.guard(b.name, t.Name, seg); err != nil {
+		return err
+	}
+	g.install(b, seg, used, t.Step)
+	return nil
+}
+
+// guard is where the high-water marks keep a store that went backwards from repeating
+// IDs: a segment of tag name (stored as the store names it) starting below the tag's
+// mark is refused with ErrStoreWentBack, and any other segment's end becomes the mark,
+// durably, before the segment may be served, so that after a crash the mark covers
+// every ID this node could have handed out. Without Marks it lets everything through.
+func (g *Generator) guard(name, stored string, seg *segment) error {
+	marks := g.cfg.Marks
+	if marks == nil {
+		return nil
+	}
+	// The store's own name is the key: with MySQL's case-insensitive biz_tag, "Orders"
+	// and "orders" are one row, one range of IDs, so they must share one mark.
+	if !strings.EqualFold(stored, name) {
+		return fmt.Errorf("segment: tag %q: the store answered with tag %q", name, stored)
+	}
+	mark := marks.Mark(stored)
+	if seg.start < mark {
+		return g.storeWentBack(name, mark, fmt.Sprintf("the store granted the segment [%d, %d)", seg.start, seg.start+seg.size))
+	}
+	if seg.size > 0 {
+		if err := marks.Raise(stored, seg.start+seg.size); err != nil {
+			return fmt.Errorf("segment: tag %q: record the high-water mark %d before serving: %w", name, seg.start+seg.size, err)
+		}
+	}
+	g.behindMu.Lock()
+	_, was := g.behind[name]
+	delete(g.behind, name)
+	g.behindMu.Unlock()
+	if was {
+		g.log.Info("segment: the store is at or above the high-water mark again; the tag is served", "tag", name, "mark", mark, "segment_start", seg.start)
+	}
+	return nil
+}
+
+// isBehind reports whether tag's store was last found below its mark.
+func (g *Generator) isBehind(tag string) bool {
+	g.behindMu.Lock()
+	defer g.behindMu.Unlock()
+	_, ok := g.behind[tag]
+	return ok
+}
+
+// recheckStore reads a tag whose store was behind its mark, and returns
+// ErrStoreWentBack while it still is, so that no segment is taken until it is not.
+func (g *Generator) recheckStore(ctx context.Context, tag string) error {
+	t, err := g.cfg.Store.Tag(ctx, tag)
+	if err != nil {
+		return err
+	}
+	if mark := g.cfg.Marks.Mark(t.Name); t.MaxID < mark {
+		return g.storeWentBack(tag, mark, fmt.Sprintf("the store's max_id is %d", t.MaxID))
+	}
+	return nil
+}
+
+// storeWentBack counts, logs and returns one finding that tag's store is below its
+// mark. Each finding is logged at error level, not only the first: IDs are at stake
+// until an operator repairs the store, and the log is where they look.
+func (g *Generator) storeWentBack(tag string, mark int64, found string) error {
+	g.wentBack.Add(1)
+	g.behindMu.Lock()
+	g.behind[tag] = struct{}{}
+	g.behindMu.Unlock()
+	repair := fmt.Sprintf("dispenser tag update --tag %s --max-id N", tag)
+	g.log.Error("segment: the store went backwards; the tag is refused until its max_id is raised",
+		"tag", tag, "found", found, "mark", mark, "repair", repair)
+	return fmt.Errorf("segment: tag %q: %w: %s, below %d, the highest max_id this dispenser ever took for it, so its IDs may already have been handed out; repair: %s with N at least %d and at least every other dispenser's mark for the tag",
+		tag, ErrStoreWentBack, found, mark, repair, mark)
+}
+
+// install makes seg (of step used, the tag's stored step being stored) b's current
+// segment (when there is none or it is spent) or its next one, and records the step
+// state.
+func (g *Generator) install(b *buffer, seg *segment, used, stored int64) {
 	now := g.now()
 	b.mu.Lock()
 	if b.dropped {
@@ -453,13 +574,13 @@ func (g *Generator) install(b *buffer, t Tag, step int64) error {
 		b.loading = false
 		b.signal()
 		b.mu.Unlock()
-		return nil
+		return
 	}
 	if b.err != nil {
 		g.log.Info("segment: loads work again", "tag", b.name)
 	}
-	b.step, b.minStep, b.lastLoad, b.loaded = used, max(t.Step, 1), now, true
-	b.err, b.loading = nil, false
+	b.step, b.minStep, b.lastLoad, b.loaded = used, max(stored, 1), now, true
+	b.err, b.loading, b.wentBack = nil, false, false
 	if cur := b.cur.Load(); cur == nil || cur.spent() {
 		b.cur.Store(seg)
 	} else {
@@ -472,7 +593,6 @@ func (g *Generator) install(b *buffer, t Tag, step int64) error {
 	if promote {
 		g.promote(b)
 	}
-	return nil
 }
 
 // promote moves a looked-up tag from pending into the map, unless a refresh got there
@@ -501,6 +621,11 @@ func (g *Generator) promote(b *buffer) {
 // cached about missing tags, so a tag added by anyone is served when first asked for.
 func (g *Generator) forget(b *buffer, err error) {
 	g.notFound.Add(1)
+	// Nor is a missing tag behind its mark: should it come back, its first segment is
+	// checked against the mark like any other.
+	g.behindMu.Lock()
+	delete(g.behind, b.name)
+	g.behindMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.pending[b.name] == b {
@@ -525,19 +650,24 @@ func (g *Generator) forget(b *buffer, err error) {
 
 // failed records a failed load and reports whether the loader should stop: b was
 // dropped, or it is a lookup nobody waits for any more (so that requests for many
-// unknown tags during an outage leave no retrying goroutines behind).
+// unknown tags during an outage leave no retrying goroutines behind). A load refused
+// because the store went backwards (already logged and counted) makes requests fail at
+// once instead of waiting.
 func (g *Generator) failed(b *buffer, err error, retryIn time.Duration) (stop bool) {
-	g.loadErrors.Add(1)
+	wentBack := errors.Is(err, ErrStoreWentBack)
+	if !wentBack {
+		g.loadErrors.Add(1)
+	}
 	msg := err.Error()
 	g.lastError.Store(&msg)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.err == nil {
+	if b.err == nil && !wentBack {
 		g.log.Warn("segment: load failed, retrying with back-off", "tag", b.name, "err", err, "retry_in", retryIn)
 	}
-	b.err = err
+	b.err, b.wentBack = err, wentBack
 	b.signal()
 	if !b.resident && !b.dropped && b.waiters == 0 && g.pending[b.name] == b {
 		delete(g.pending, b.name)
@@ -635,7 +765,11 @@ func (g *Generator) Stats() Stats {
 		Refreshes:     g.refreshes.Load(),
 		RefreshErrors: g.refreshErrors.Load(),
 		DroppedTags:   g.droppedTags.Load(),
+		StoreWentBack: g.wentBack.Load(),
 	}
+	g.behindMu.Lock()
+	s.TagsBehind = len(g.behind)
+	g.behindMu.Unlock()
 	if msg := g.lastError.Load(); msg != nil {
 		s.LastError = *msg
 	}

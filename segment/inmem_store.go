@@ -102,7 +102,10 @@ func (s *InmemStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 	if !ok {
 		return Tag{}, fmt.Errorf("segment: inmem update %q: %w", u.Name, ErrTagNotFound)
 	}
-	t = u.apply(t)
+	t, err := u.apply(t)
+	if err != nil {
+		return Tag{}, fmt.Errorf("segment: inmem update: %w", err)
+	}
 	t.UpdateTime = storeNow()
 	s.tags[u.Name] = t
 	return t, nil

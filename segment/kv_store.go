@@ -190,7 +190,9 @@ func (s *KVStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 	if err := u.validate(); err != nil {
 		return Tag{}, err
 	}
-	return s.cas(ctx, "update", u.Name, func(t Tag) (Tag, error) { return u.apply(t), nil })
+	// The max_id check runs on the revision the compare-and-set writes over, so a
+	// concurrent Take cannot slip in between the check and the write.
+	return s.cas(ctx, "update", u.Name, u.apply)
 }
 
 // cas reads tag, applies change and writes the result over the revision it read,

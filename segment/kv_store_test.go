@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,5 +290,83 @@ func TestKVStoreTakeConflict(t *testing.T) {
 				t.Fatalf("Take after %d lost races = max_id %d, want %d (the range after the rival's)", tc.races, got.MaxID, tc.wantMax)
 			}
 		})
+	}
+}
+
+// TestKVStoreRaiseMaxIDConflict: a Take that lands between UpdateTag's read and its
+// compare-and-set moves max_id past the requested value; the update reads again and
+// refuses, rather than writing the lower max_id it checked against the old revision.
+func TestKVStoreRaiseMaxIDConflict(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	rival := openKV(t, srv, "leaf_segments")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mustAdd(t, rival, Tag{Name: "a", Step: 10})
+	s := &KVStore{kv: &racingKV{KeyValue: rival.kv, rival: rival, times: 1}}
+	target := int64(500)
+	if got, err := s.UpdateTag(ctx, TagUpdate{Name: "a", MaxID: &target}); !errors.Is(err, ErrInvalidTag) {
+		t.Fatalf("UpdateTag(max_id 500) with a Take of 1000 in between = %+v, %v; want ErrInvalidTag", got, err)
+	}
+	if got, err := rival.Tag(ctx, "a"); err != nil || got.MaxID != 1001 {
+		t.Fatalf("Tag = %+v, %v; want max_id 1001, the rival's", got, err)
+	}
+}
+
+// TestKVStoreLostBucketMarks: the KV bucket is lost while a dispenser is down and comes
+// back empty, then with the tag created again at 1 (as a start on an empty store would).
+// The start-up check names the tag both times; a generator started anyway refuses it
+// and serves the others; the KV store's UpdateTag raises max_id, and the tag is served
+// again, from above every ID served before the loss.
+func TestKVStoreLostBucketMarks(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "segment.marks")
+	store := openKV(t, srv, "leaf_segments")
+	mustAdd(t, store, Tag{Name: "orders", Step: 10})
+	var seen idSet
+	first, stop := startMarked(t, marksConfig(t, store, mustOpenMarks(t, path)))
+	for range 25 {
+		seen.add(t, "orders", fill(t, first, "orders", 1))
+	}
+	stop()
+
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, "leaf_segments"); err != nil {
+		t.Fatalf("DeleteKeyValue: %v", err)
+	}
+	store = openKV(t, srv, "leaf_segments") // created again, empty
+	marks := mustOpenMarks(t, path)
+	mark := marks.Mark("orders")
+	if mark <= seen.max("orders") {
+		t.Fatalf("mark %d does not cover the IDs served (up to %d)", mark, seen.max("orders"))
+	}
+	err = CheckStoreAgainstMarks(ctx, store, marks)
+	if want := fmt.Sprintf("orders (mark %d)", mark); !errors.Is(err, ErrStoreWentBack) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("CheckStoreAgainstMarks(empty bucket) = %v, want ErrStoreWentBack naming %q", err, want)
+	}
+	mustAdd(t, store, Tag{Name: "orders", Step: 10}, Tag{Name: "fresh", Step: 5})
+	err = CheckStoreAgainstMarks(ctx, store, marks)
+	if want := fmt.Sprintf("orders (max_id 1, mark %d)", mark); !errors.Is(err, ErrStoreWentBack) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("CheckStoreAgainstMarks(orders at 1) = %v, want ErrStoreWentBack naming %q", err, want)
+	}
+
+	second, _ := startMarked(t, marksConfig(t, store, marks))
+	fillUntilRefused(t, second, &seen, "orders", 1)
+	seen.add(t, "fresh", fill(t, second, "fresh", 7))
+	if _, err := store.UpdateTag(ctx, TagUpdate{Name: "orders", MaxID: &mark}); err != nil {
+		t.Fatalf("UpdateTag(max_id %d): %v", mark, err)
+	}
+	dst := make([]int64, 5)
+	waitFor(t, "orders to serve again", func() bool { return second.Fill(ctx, "orders", dst) == nil })
+	seen.add(t, "orders", dst)
+	if dst[0] != mark {
+		t.Fatalf("first IDs after the repair = %v, want them to start at the mark %d", dst, mark)
+	}
+	if err := CheckStoreAgainstMarks(ctx, store, marks); err != nil {
+		t.Fatalf("CheckStoreAgainstMarks after the repair = %v", err)
 	}
 }

@@ -116,6 +116,8 @@ const (
 	mysqlInsert      = "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)"
 	mysqlUpdateStep  = "UPDATE leaf_alloc SET step = ? WHERE biz_tag = ?"
 	mysqlUpdateDescr = "UPDATE leaf_alloc SET description = ? WHERE biz_tag = ?"
+	mysqlLockMaxID   = "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE"
+	mysqlUpdateMaxID = "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?"
 )
 
 // OpenMySQLStore connects to cfg.DSN, checks that the server answers and that leaf_alloc
@@ -358,13 +360,31 @@ func (s *MySQLStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 
 // UpdateTag implements Store. Each given field is one UPDATE, then the row is read back,
 // all in one transaction; the read, not MySQL's rows-affected count (0 when the values
-// were already so), says whether the tag exists.
+// were already so), says whether the tag exists. A new max_id is compared with the row
+// read under its write lock (SELECT ... FOR UPDATE), so no Take, by this store or by a
+// Leaf node, can move max_id between the check and the write.
 func (s *MySQLStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 	if err := u.validate(); err != nil {
 		return Tag{}, err
 	}
 	var updated Tag
 	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if u.MaxID != nil {
+			var current int64
+			err := tx.QueryRowContext(ctx, mysqlLockMaxID, u.Name).Scan(&current)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("tag %q: %w", u.Name, ErrTagNotFound)
+			}
+			if err != nil {
+				return fmt.Errorf("lock tag %q: %w", u.Name, err)
+			}
+			if err := checkRaise(u.Name, current, *u.MaxID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, mysqlUpdateMaxID, *u.MaxID, u.Name); err != nil {
+				return err
+			}
+		}
 		if u.Step != nil {
 			if _, err := tx.ExecContext(ctx, mysqlUpdateStep, *u.Step, u.Name); err != nil {
 				return err

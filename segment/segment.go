@@ -5,9 +5,16 @@
 // Each tag has a current segment and, once 10% of it is used, a next one loaded in the
 // background, so a request normally costs one atomic add and no I/O. The segment length
 // (step) adapts as in Leaf: it doubles while segments last less than SegmentDuration and
-// halves, never below the stored step, when they last more than twice that. Nothing is
-// cached across restarts: every Generator takes fresh ranges from the store, so a restart
-// leaves a gap and never repeats an ID.
+// halves, never below the stored step, when they last more than twice that. No segment
+// is kept across restarts: every Generator takes fresh ranges from the store, so a
+// restart leaves a gap and never repeats an ID.
+//
+// What a node does keep, when Config.Marks is set, is its high-water mark per tag: the
+// highest max_id it ever took, written to a file before the segment is served. A store
+// that goes backwards (a rewound row, a leaf_alloc restored from a backup, a lost KV
+// bucket) would otherwise hand the same IDs out again; with marks, such a segment is
+// refused (ErrStoreWentBack, a 503) until an operator raises the tag's max_id
+// (TagUpdate.MaxID), and CheckStoreAgainstMarks finds it before a dispenser starts.
 //
 // Unlike Leaf, a request never blocks another tag, a spent tag waits at most
 // Config.WaitMax and then fails with ErrUnavailable, and IDs are always positive.
@@ -25,6 +32,17 @@ import (
 // segments are spent and the store did not deliver the next one within WaitMax, or a
 // store gave up on a contended update. The error also wraps the cause when there is one.
 var ErrUnavailable = errors.New("segment IDs unavailable")
+
+// ErrStoreWentBack is returned when the store granted a segment of a tag that starts
+// below this node's high-water mark for it (Config.Marks), or, at start-up, by
+// CheckStoreAgainstMarks for a store that lost or rewound tags. The store went
+// backwards (a rewound row, a leaf_alloc restored from a backup, a lost KV bucket), so
+// the segment may hold IDs this node already handed out and is never served: the tag
+// answers this error until an operator moves its max_id above the mark (`dispenser tag
+// update --tag T --max-id N`, see TagUpdate.MaxID); other tags are not affected. It
+// also matches ErrUnavailable, so that callers answer it as "cannot dispense safely
+// right now" (503); the message names the tag, the segment and the mark.
+var ErrStoreWentBack = fmt.Errorf("segment store went backwards: %w", ErrUnavailable)
 
 // Config configures a Generator. Start from DefaultConfig and set Store.
 type Config struct {
@@ -63,6 +81,16 @@ type Config struct {
 	// store that hangs (a network partition) is retried instead of stalling a tag for
 	// good. Default 5s.
 	LoadTimeout time.Duration
+
+	// Marks, when set, holds this node's high-water mark per tag (see Marks; the
+	// dispenser keeps them in a FileMarks in its data directory). Every segment from
+	// the store is checked against the tag's mark, and its end recorded durably before
+	// any of its IDs is served. A segment starting below the mark, from a store that
+	// went backwards, is never served: the tag answers ErrStoreWentBack, other tags go
+	// on, and once an operator raises the tag's max_id to the mark or above, the next
+	// load (within 5s) serves again, with no restart. nil: no marks, and a store that
+	// goes backwards repeats IDs.
+	Marks Marks
 
 	// Logger receives load failures, refreshes and dropped tags. nil: discard.
 	Logger *slog.Logger

@@ -31,8 +31,10 @@ type Store interface {
 	// ErrInvalidTag when Tag.Validate refuses it, ErrTagExists when the name is taken.
 	AddTag(ctx context.Context, t Tag) (Tag, error)
 
-	// UpdateTag changes a tag's step and/or description and returns it as stored.
-	// Returns ErrTagNotFound for an unknown tag, ErrInvalidTag for a value out of range.
+	// UpdateTag changes a tag's step, description and/or max_id in one atomic operation
+	// (ordered with every Take) and returns it as stored. Returns ErrTagNotFound for an
+	// unknown tag, ErrInvalidTag for a value out of range or a max_id below the stored one
+	// (changing nothing).
 	UpdateTag(ctx context.Context, u TagUpdate) (Tag, error)
 }
 
@@ -50,6 +52,13 @@ type TagUpdate struct {
 	Name        string
 	Step        *int64
 	Description *string
+
+	// MaxID moves the tag's max_id (where the next segment starts) up, never down: it is
+	// how an operator repairs a store that went backwards (see ErrStoreWentBack), by
+	// setting it to at least every dispenser's high-water mark. A value below the stored
+	// max_id is refused with ErrInvalidTag; the stored value itself is accepted and
+	// changes nothing.
+	MaxID *int64
 }
 
 // ErrTagNotFound is returned when a biz tag has no row in the store.

@@ -281,13 +281,129 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		s := open(t)
 		mustAdd(t, s, Tag{Name: "a", Step: 10})
 		zero, huge, long := int64(0), int64(MaxStoredStep+1), strings.Repeat("x", 257)
-		for _, u := range []TagUpdate{{Name: "a", Step: &zero}, {Name: "a", Step: &huge}, {Name: "a", Description: &long}} {
+		for _, u := range []TagUpdate{{Name: "a", Step: &zero}, {Name: "a", Step: &huge}, {Name: "a", Description: &long}, {Name: "a", MaxID: &zero}} {
 			if _, err := s.UpdateTag(ctx(t), u); !errors.Is(err, ErrInvalidTag) {
 				t.Errorf("UpdateTag(%+v) err = %v, want ErrInvalidTag", u, err)
 			}
 		}
 		if got, _ := s.Tag(ctx(t), "a"); got.Step != 10 {
 			t.Fatalf("tag changed by refused updates: %+v", got)
+		}
+	})
+
+	t.Run("UpdateTag/MaxID", func(t *testing.T) {
+		s := open(t)
+		mustAdd(t, s, Tag{Name: "a", Step: 10})
+		if _, err := s.Take(ctx(t), "a", 0); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		ptr := func(v int64) *int64 { return &v }
+		for _, tc := range []struct {
+			name    string
+			update  TagUpdate
+			wantMax int64
+			wantErr error
+		}{
+			{"OK", TagUpdate{Name: "a", MaxID: ptr(5000)}, 5000, nil},
+			{"OK/Unchanged", TagUpdate{Name: "a", MaxID: ptr(5000)}, 5000, nil},
+			{"ErrInvalidTag/Lower", TagUpdate{Name: "a", MaxID: ptr(4999)}, 5000, ErrInvalidTag},
+			{"ErrInvalidTag/LowerWithStep", TagUpdate{Name: "a", MaxID: ptr(1), Step: ptr(77)}, 5000, ErrInvalidTag},
+			{"ErrInvalidTag/Zero", TagUpdate{Name: "a", MaxID: ptr(0)}, 5000, ErrInvalidTag},
+			{"ErrInvalidTag/Negative", TagUpdate{Name: "a", MaxID: ptr(-9000)}, 5000, ErrInvalidTag},
+			{"ErrTagNotFound", TagUpdate{Name: "nope", MaxID: ptr(9000)}, 5000, ErrTagNotFound},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				got, err := s.UpdateTag(ctx(t), tc.update)
+				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+					t.Fatalf("UpdateTag(max_id %d) = %+v, %v; want error %v", *tc.update.MaxID, got, err, tc.wantErr)
+				}
+				if tc.wantErr == nil && got.MaxID != tc.wantMax {
+					t.Fatalf("UpdateTag(max_id %d) = %+v, want max_id %d", *tc.update.MaxID, got, tc.wantMax)
+				}
+				stored, err := s.Tag(ctx(t), "a")
+				if err != nil || stored.MaxID != tc.wantMax || stored.Step != 10 {
+					t.Fatalf("Tag after UpdateTag = %+v, %v; want max_id %d, step 10 (a refused update changes nothing)", stored, err, tc.wantMax)
+				}
+			})
+		}
+		got, err := s.UpdateTag(ctx(t), TagUpdate{Name: "a", MaxID: ptr(7000), Step: ptr(20)})
+		if err != nil || got.MaxID != 7000 || got.Step != 20 {
+			t.Fatalf("UpdateTag(max_id 7000, step 20) = %+v, %v; want both applied", got, err)
+		}
+		// The next segment starts at the new max_id.
+		if got, err = s.Take(ctx(t), "a", 0); err != nil || got.MaxID != 7020 {
+			t.Fatalf("Take after raising max_id = %+v, %v; want max_id 7020", got, err)
+		}
+	})
+
+	t.Run("UpdateTag/MaxIDConcurrentTakes", func(t *testing.T) {
+		// An operator raising max_id while dispensers take: no range is granted twice
+		// (raising leaves a hole, never an overlap), and a raise never lowers max_id
+		// below what a Take already granted.
+		s := open(t)
+		mustAdd(t, s, Tag{Name: "hot", Step: 5})
+		instances := []Store{s}
+		if p, ok := s.(peerStore); ok {
+			for range 2 {
+				instances = append(instances, p.peer(t))
+			}
+		}
+		type grant struct{ start, end int64 }
+		var mu sync.Mutex
+		var grants []grant
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				st := instances[w%len(instances)]
+				for range 25 {
+					got, err := st.Take(ctx(t), "hot", 0)
+					if err != nil {
+						t.Errorf("worker %d Take: %v", w, err)
+						return
+					}
+					mu.Lock()
+					grants = append(grants, grant{got.MaxID - got.Step, got.MaxID})
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Go(func() {
+			for i := range 10 {
+				target := int64(100 * (i + 1))
+				cur, err := s.Tag(ctx(t), "hot")
+				if err != nil {
+					t.Errorf("Tag: %v", err)
+					return
+				}
+				got, err := s.UpdateTag(ctx(t), TagUpdate{Name: "hot", MaxID: &target})
+				switch {
+				case err == nil && cur.MaxID > target:
+					t.Errorf("UpdateTag(max_id %d) lowered max_id from %d", target, cur.MaxID)
+				case err == nil && got.MaxID != target:
+					t.Errorf("UpdateTag(max_id %d) = %+v", target, got)
+				case err != nil && !errors.Is(err, ErrInvalidTag):
+					t.Errorf("UpdateTag(max_id %d): %v", target, err)
+				case err != nil && cur.MaxID <= target:
+					// Takes may have passed target since we read; the refusal must
+					// then come from a max_id above it, which the next read shows.
+					if now, _ := s.Tag(ctx(t), "hot"); now.MaxID <= target {
+						t.Errorf("UpdateTag(max_id %d) refused while max_id is %d: %v", target, now.MaxID, err)
+					}
+				}
+			}
+		})
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		slices.SortFunc(grants, func(a, b grant) int { return cmp.Compare(a.start, b.start) })
+		for i := 1; i < len(grants); i++ {
+			if grants[i].start < grants[i-1].end {
+				t.Fatalf("ranges overlap: [%d, %d) and [%d, %d)", grants[i-1].start, grants[i-1].end, grants[i].start, grants[i].end)
+			}
+		}
+		if got, err := s.Tag(ctx(t), "hot"); err != nil || got.MaxID < grants[len(grants)-1].end {
+			t.Fatalf("Tag = %+v, %v; want max_id at least the last grant's end %d", got, err, grants[len(grants)-1].end)
 		}
 	})
 

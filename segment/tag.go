@@ -56,21 +56,41 @@ func (u TagUpdate) validate() error {
 			return err
 		}
 	}
+	if u.MaxID != nil && *u.MaxID < 1 {
+		return fmt.Errorf("%w: tag %q: max_id %d must be at least 1", ErrInvalidTag, u.Name, *u.MaxID)
+	}
 	if u.Description != nil {
 		return checkDescription(u.Name, *u.Description)
 	}
 	return nil
 }
 
-// apply returns t with the update's fields changed.
-func (u TagUpdate) apply(t Tag) Tag {
+// apply returns t with the update's fields changed, or an error wrapping ErrInvalidTag
+// (and nothing changed) when the update would lower t's max_id.
+func (u TagUpdate) apply(t Tag) (Tag, error) {
+	if u.MaxID != nil {
+		if err := checkRaise(u.Name, t.MaxID, *u.MaxID); err != nil {
+			return t, err
+		}
+		t.MaxID = *u.MaxID
+	}
 	if u.Step != nil {
 		t.Step = *u.Step
 	}
 	if u.Description != nil {
 		t.Description = *u.Description
 	}
-	return t
+	return t, nil
+}
+
+// checkRaise refuses to move a tag's max_id from current down to want: every ID below
+// current may have been handed out already, and lowering max_id would hand it out
+// again. Equal is allowed, so that repeating a repair is harmless.
+func checkRaise(name string, current, want int64) error {
+	if want < current {
+		return fmt.Errorf("%w: tag %q: max_id %d is below the stored max_id %d; max_id only moves up, since every ID below it may already have been handed out", ErrInvalidTag, name, want, current)
+	}
+	return nil
 }
 
 func checkStoredStep(name string, step int64) error {

@@ -1,0 +1,428 @@
+package segment
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/leafbus/leafbus/wire"
+)
+
+// Marks remembers, per tag, the highest max_id (the exclusive end of a segment) this
+// dispenser ever took from the store: its high-water marks. Every ID this node handed
+// out for a tag lies below the tag's mark, and an honest store only grants ranges above
+// everything it granted before, so a segment starting below the mark means the store
+// went backwards (a rewound row, a leaf_alloc restored from a backup, a lost or rebuilt
+// KV bucket) and may repeat IDs; the Generator refuses it (ErrStoreWentBack).
+//
+// Marks only rise. Implementations are safe for concurrent use.
+type Marks interface {
+	// Mark returns tag's mark, or 0 when this node never took a segment of tag.
+	Mark(tag string) int64
+
+	// Raise records that this node took a segment of tag ending at maxID (exclusive).
+	// It returns nil only once a mark of at least maxID is durable, so a segment may
+	// be served once Raise returned nil and never before. A maxID at or below the mark
+	// changes nothing. Returns an error wrapping ErrInvalidTag for an invalid tag name
+	// or a maxID below 1, and the I/O error when the mark could not be made durable.
+	Raise(tag string, maxID int64) error
+
+	// All returns a copy of every mark.
+	All() map[string]int64
+}
+
+// ErrCorruptMarks is returned by OpenFileMarks when the marks file exists but cannot be
+// read as a whole, valid marks file: it is never taken as empty, since starting without
+// its marks could serve IDs this node already handed out.
+var ErrCorruptMarks = errors.New("corrupt high-water marks file")
+
+// The marks file: a header line, one "tag max_id" line per tag sorted by name, and a
+// last line with the CRC-32 (IEEE) of every byte before it, in hex:
+//
+//	leafbus segment high-water marks v1
+//	orders 3001
+//	users 20
+//	crc32 1b2c3d4e
+//
+// Tag names hold no white space (CheckTagName), so a line splits at its one space. The
+// checksum is what turns a flipped digit, which would still parse, into an error.
+const (
+	marksHeader     = "leafbus segment high-water marks v1"
+	marksSumPrefix  = "crc32 "
+	marksTempSuffix = ".tmp-" // temp files are <file>.tmp-<random> in the same directory
+)
+
+// FileMarks is Marks kept in memory and in one file, rewritten whole for every rise:
+// written to a temp file in the same directory, fsynced, renamed over the file, and the
+// directory fsynced, so that after a crash the file holds the old marks or the new
+// ones, never a mix or nothing. Raises that arrive while a write is under way are
+// written together by the next one (a group commit), so that thousands of tags loading
+// at once cost a few writes, not thousands.
+//
+// One process per file: the dispenser's data-dir lock ensures it. Two processes would
+// overwrite each other's marks.
+type FileMarks struct {
+	path string
+
+	writeMu sync.Mutex // one file write at a time; taken before mu
+
+	mu      sync.Mutex // guards the fields below; never held during I/O
+	marks   map[string]markEntry
+	version uint64 // counts rises
+	durable uint64 // the version the file holds
+	writes  uint64 // files written, for tests of the group commit
+}
+
+var _ Marks = (*FileMarks)(nil)
+
+// markEntry is one tag's mark and the version that set it: a Raise waits until the file
+// holds that version, even when another Raise set the mark and is still writing it.
+type markEntry struct {
+	maxID   int64
+	version uint64
+}
+
+// OpenFileMarks loads the marks file at path, or creates it (durably, so that a
+// directory that cannot be written fails here rather than at the first segment) when
+// there is none. A file that exists but does not read back as a valid marks file is an
+// error wrapping ErrCorruptMarks that names the file. Leftover temp files of a write a
+// crash interrupted are removed.
+func OpenFileMarks(path string) (*FileMarks, error) {
+	if path == "" {
+		return nil, errors.New("segment: marks file: the path is empty")
+	}
+	m := &FileMarks{path: path, marks: make(map[string]markEntry)}
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := writeFileDurably(path, encodeMarks(m.marks)); err != nil {
+			return nil, fmt.Errorf("segment: create marks file %q: %w", path, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("segment: read marks file %q: %w", path, err)
+	default:
+		marks, err := decodeMarks(data)
+		if err != nil {
+			return nil, fmt.Errorf("segment: marks file %q: %w: %v (restore the file; delete it only once every tag's max_id in the store is above anything this dispenser could have served)", path, ErrCorruptMarks, err)
+		}
+		for tag, maxID := range marks {
+			m.marks[tag] = markEntry{maxID: maxID}
+		}
+	}
+	removeTempFiles(path)
+	return m, nil
+}
+
+// Mark implements Marks.
+func (m *FileMarks) Mark(tag string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.marks[tag].maxID
+}
+
+// All implements Marks.
+func (m *FileMarks) All() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make(map[string]int64, len(m.marks))
+	for tag, e := range m.marks {
+		all[tag] = e.maxID
+	}
+	return all
+}
+
+// Raise implements Marks. The mark rises in memory at once, before the write: a failed
+// write leaves the memory ahead of the file, which is safe, because the segment that
+// raised it is not served, and the next Raise writes it again.
+func (m *FileMarks) Raise(tag string, maxID int64) error {
+	if err := checkMark(tag, maxID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	e := m.marks[tag]
+	if maxID > e.maxID {
+		m.version++
+		e = markEntry{maxID: maxID, version: m.version}
+		m.marks[tag] = e
+	}
+	done := m.durable >= e.version
+	m.mu.Unlock()
+	if done {
+		return nil
+	}
+	return m.flush(e.version)
+}
+
+// flush writes the marks unless the file already holds version need.
+func (m *FileMarks) flush(need uint64) error {
+	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
+	m.mu.Lock()
+	if m.durable >= need {
+		m.mu.Unlock()
+		return nil // a write that started after our rise covered it
+	}
+	version, data := m.version, encodeMarks(m.marks)
+	m.mu.Unlock()
+	if err := writeFileDurably(m.path, data); err != nil {
+		return fmt.Errorf("segment: write marks file %q: %w", m.path, err)
+	}
+	m.mu.Lock()
+	m.durable = version
+	m.writes++
+	m.mu.Unlock()
+	return nil
+}
+
+// InmemMarks is Marks in memory, for tests only: nothing is durable, so a restart
+// forgets every mark. Safe for concurrent use.
+type InmemMarks struct {
+	mu    sync.Mutex
+	marks map[string]int64
+}
+
+var _ Marks = (*InmemMarks)(nil)
+
+// NewInmemMarks returns marks with none recorded.
+func NewInmemMarks() *InmemMarks {
+	return &InmemMarks{marks: make(map[string]int64)}
+}
+
+// Mark implements Marks.
+func (m *InmemMarks) Mark(tag string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.marks[tag]
+}
+
+// Raise implements Marks.
+func (m *InmemMarks) Raise(tag string, maxID int64) error {
+	if err := checkMark(tag, maxID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.marks[tag] = max(m.marks[tag], maxID)
+	return nil
+}
+
+// All implements Marks.
+func (m *InmemMarks) All() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make(map[string]int64, len(m.marks))
+	for tag, maxID := range m.marks {
+		all[tag] = maxID
+	}
+	return all
+}
+
+// checkMark validates a Raise, so that every mark can be written and read back.
+func checkMark(tag string, maxID int64) error {
+	if err := CheckTagName(tag); err != nil {
+		return err
+	}
+	if maxID < 1 {
+		return fmt.Errorf("%w: tag %q: mark %d must be at least 1", ErrInvalidTag, tag, maxID)
+	}
+	return nil
+}
+
+// maxNamedTags bounds how many tags an error message lists of each kind, so that a
+// store that lost 10,000 tags gives a readable message; the count says how many more.
+const maxNamedTags = 20
+
+// CheckStoreAgainstMarks compares the store with this node's marks, for a dispenser to
+// run before it serves: every tag with a mark must still be in the store, with a max_id
+// at or above its mark. A tag missing, or with a lower max_id, means the store lost or
+// rewound it (a lost or rebuilt KV bucket, a leaf_alloc restored from a backup), and
+// serving it could repeat IDs this node handed out. The error then wraps
+// ErrStoreWentBack and names each such tag, its mark, and how to repair it. An error
+// reading the tag list is returned wrapped, as it is.
+func CheckStoreAgainstMarks(ctx context.Context, store Store, marks Marks) error {
+	all := marks.All()
+	if len(all) == 0 {
+		return nil
+	}
+	list, err := store.Tags(ctx)
+	if err != nil {
+		return fmt.Errorf("segment: check the store against the high-water marks: %w", err)
+	}
+	stored := make(map[string]int64, len(list))
+	for _, t := range list {
+		stored[t.Name] = t.MaxID
+	}
+	var missing, behind []string
+	for _, tag := range slices.Sorted(maps.Keys(all)) {
+		mark := all[tag]
+		maxID, ok := stored[tag]
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("%s (mark %d)", tag, mark))
+		case maxID < mark:
+			behind = append(behind, fmt.Sprintf("%s (max_id %d, mark %d)", tag, maxID, mark))
+		}
+	}
+	if len(missing) == 0 && len(behind) == 0 {
+		return nil
+	}
+	var msg strings.Builder
+	if len(missing) > 0 {
+		fmt.Fprintf(&msg, "; %d tags this dispenser served are missing from the store: %s (add each again with `dispenser tag add --tag T --step S --max-id N`)", len(missing), nameSome(missing))
+	}
+	if len(behind) > 0 {
+		fmt.Fprintf(&msg, "; %d tags have a max_id below this dispenser's high-water mark: %s (repair each with `dispenser tag update --tag T --max-id N`)", len(behind), nameSome(behind))
+	}
+	return fmt.Errorf("segment: %w: the store lost or rewound tags, and serving them could repeat IDs%s; N must be at least the mark, and at least every other dispenser's mark for that tag", ErrStoreWentBack, msg.String())
+}
+
+// nameSome joins the first maxNamedTags items and says how many it left out.
+func nameSome(items []string) string {
+	if len(items) <= maxNamedTags {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:maxNamedTags], ", "), len(items)-maxNamedTags)
+}
+
+// encodeMarks renders the marks file (see marksHeader).
+func encodeMarks(marks map[string]markEntry) []byte {
+	b := make([]byte, 0, len(marksHeader)+len(marks)*32+32)
+	b = append(b, marksHeader...)
+	b = append(b, '\n')
+	for _, tag := range slices.Sorted(maps.Keys(marks)) {
+		b = append(b, tag...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, marks[tag].maxID, 10)
+		b = append(b, '\n')
+	}
+	return fmt.Appendf(b, "%s%08x\n", marksSumPrefix, crc32.ChecksumIEEE(b))
+}
+
+// decodeMarks parses a marks file, refusing anything encodeMarks could not have written.
+func decodeMarks(data []byte) (map[string]int64, error) {
+	if len(data) == 0 {
+		return nil, errors.New("the file is empty")
+	}
+	if data[len(data)-1] != '\n' {
+		return nil, errors.New("the last line is cut short")
+	}
+	cut := bytes.LastIndexByte(data[:len(data)-1], '\n') + 1
+	body, last := data[:cut], string(data[cut:len(data)-1])
+	hex, ok := strings.CutPrefix(last, marksSumPrefix)
+	if !ok || len(hex) != 8 {
+		return nil, fmt.Errorf("the last line %s is not the checksum line", wire.Quote(last))
+	}
+	want, err := strconv.ParseUint(hex, 16, 32)
+	if err != nil {
+		return nil, fmt.Errorf("the checksum %s is not 8 hex digits", wire.Quote(hex))
+	}
+	if got := crc32.ChecksumIEEE(body); uint32(want) != got {
+		return nil, fmt.Errorf("the checksum of the content is %08x, the file says %s", got, hex)
+	}
+	if len(body) == 0 {
+		return nil, errors.New("the header line is missing")
+	}
+	lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
+	if lines[0] != marksHeader {
+		return nil, fmt.Errorf("line 1: %s is not %q", wire.Quote(lines[0]), marksHeader)
+	}
+	marks := make(map[string]int64, len(lines)-1)
+	for i, line := range lines[1:] {
+		tag, num, ok := strings.Cut(line, " ")
+		if !ok {
+			return nil, fmt.Errorf("line %d: %s is not \"tag max_id\"", i+2, wire.Quote(line))
+		}
+		maxID, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: max_id %s is not a whole number", i+2, wire.Quote(num))
+		}
+		if err := checkMark(tag, maxID); err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+2, err)
+		}
+		if _, dup := marks[tag]; dup {
+			return nil, fmt.Errorf("line %d: tag %q appears twice", i+2, tag)
+		}
+		marks[tag] = maxID
+	}
+	return marks, nil
+}
+
+// writeFileDurably replaces path with data so that, whatever crashes when, path then
+// holds either its old content or data, whole: data goes to a temp file in the same
+// directory (a rename is atomic only within one file system), which is fsynced before
+// the rename, and the directory is fsynced after it, which makes the rename itself
+// survive a power loss.
+func writeFileDurably(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+marksTempSuffix+"*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	renamed := false
+	defer func() {
+		if !renamed {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	renamed = true
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory, making the entries created or renamed in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return fmt.Errorf("fsync directory %q: %w", dir, err)
+	}
+	return d.Close()
+}
+
+// removeTempFiles deletes temp files of path that a crash left behind. Failing to is
+// harmless (they are never read), so errors are ignored.
+func removeTempFiles(path string) {
+	leftovers, _ := filepath.Glob(globEscape(path) + marksTempSuffix + "*")
+	for _, f := range leftovers {
+		os.Remove(f)
+	}
+}
+
+// globEscape quotes the pattern characters of a path for filepath.Glob.
+func globEscape(path string) string {
+	var b strings.Builder
+	for _, r := range path {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
