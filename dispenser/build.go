@@ -1,0 +1,194 @@
+package dispenser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
+)
+
+// step is one stage of New. A step that builds something that must be undone registers
+// the undo with onClose as soon as it exists.
+type step struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// steps lists the stages of New in order. From "worker ID" on, this node holds a worker
+// ID, which Close gives back if a later stage fails.
+func (d *Dispenser) steps() []step {
+	return []step{
+		{"nats", d.startNATS},
+		{"segment store", d.openSegmentStore},
+		{"segment generator", d.newSegments},
+		{"worker registry", d.openRegistry},
+		{"worker ID", d.acquireWorkerID},
+		{"clock check", d.checkClock},
+		{"snowflake generator", d.newSnowflakes},
+		{"heartbeat", d.startHeartbeat},
+		{"time responder", d.newTimeResponder},
+		{"pools", d.newPools},
+		{"service", d.startService},
+	}
+}
+
+// startNATS starts the embedded server (or not, with --nats) and opens the connection the
+// store, registry, clock records and heartbeats use.
+func (d *Dispenser) startNATS(context.Context) error {
+	cfg := d.cfg
+	d.clientURL = cfg.NATS
+	if cfg.NATS == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return fmt.Errorf("create --data-dir: %w", err)
+		}
+		e, err := StartEmbedded(EmbeddedConfig{
+			Listen: cfg.Listen, DataDir: cfg.DataDir, Monitor: cfg.Monitor, Name: cfg.NodeID, Logger: d.log,
+		})
+		if err != nil {
+			return err
+		}
+		d.embedded, d.clientURL = e, e.ClientURL()
+		d.onClose("embedded NATS server", func() error { e.Shutdown(); return nil })
+	}
+	nc, err := d.connect("leafbus " + cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	d.nc = nc
+	d.onClose("NATS connection", func() error { nc.Close(); return nil })
+	if d.js, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("JetStream: %w", err)
+	}
+	return nil
+}
+
+// connect opens a connection named name: in process to the embedded server, or to --nats
+// with the configured credentials.
+func (d *Dispenser) connect(name string) (*nats.Conn, error) {
+	if d.embedded != nil {
+		return d.embedded.Connect(nats.Name(name))
+	}
+	return d.cfg.connConfig(name).Connect(d.log)
+}
+
+// openSegmentStore opens the configured store and creates the sample tag (with the KV
+// store) and the tags of WithTags when they do not exist yet.
+func (d *Dispenser) openSegmentStore(ctx context.Context) error {
+	cfg := d.cfg
+	if cfg.SegmentStore == "mysql" {
+		store, err := segment.OpenMySQLStore(ctx, segment.MySQLConfig{
+			DSN:         cfg.MySQLDSN,
+			CreateTable: cfg.MySQLCreateTable,
+			Logger:      d.log.With("component", "mysql-store"),
+		})
+		if err != nil {
+			return fmt.Errorf("open mysql segment store: %w", err)
+		}
+		d.onClose("mysql segment store", store.Close)
+		d.store = store
+	} else {
+		store, err := segment.OpenKVStore(ctx, d.js, cfg.Prefix+"_segments", cfg.KVReplicas)
+		if err != nil {
+			return fmt.Errorf("open segment store: %w", err)
+		}
+		d.store = store
+		if cfg.SampleTag {
+			sample := segment.Tag{Name: SampleTagName, Step: SampleTagStep, MaxID: 1, Description: "Leaf's sample tag"}
+			if err := d.ensureTag(ctx, sample, "sample tag"); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range d.opts.tags {
+		if err := d.ensureTag(ctx, t, "tag"); err != nil {
+			return err
+		}
+	}
+	if d.opts.wrapStore != nil {
+		d.store = d.opts.wrapStore(d.store)
+	}
+	return nil
+}
+
+// ensureTag creates t unless the store has it.
+func (d *Dispenser) ensureTag(ctx context.Context, t segment.Tag, what string) error {
+	_, err := d.store.AddTag(ctx, t)
+	switch {
+	case err == nil:
+		d.log.Info(what+" created", "tag", t.Name, "step", t.Step)
+	case errors.Is(err, segment.ErrTagExists):
+	default:
+		return fmt.Errorf("create %s %q: %w", what, t.Name, err)
+	}
+	return nil
+}
+
+func (d *Dispenser) newSegments(context.Context) (err error) {
+	segCfg := segment.DefaultConfig()
+	segCfg.Store, segCfg.Logger = d.store, d.log.With("component", "segment")
+	d.segments, err = segment.New(segCfg)
+	return err
+}
+
+// newPools builds the pre-filled replies for requests of exactly a pool's size (--pool)
+// and the JetStream stream that keeps the same pools for bulk (ETL) jobs.
+func (d *Dispenser) newPools(context.Context) (err error) {
+	cfg := d.cfg
+	d.batches, err = pools.New(pools.Config{
+		Specs:      cfg.Pools,
+		Segments:   d.segments,
+		Snowflakes: d.snowflakes,
+		Logger:     d.log.With("component", "pools"),
+	})
+	if err != nil {
+		return err
+	}
+	d.poolStream, err = pools.NewStream(pools.StreamConfig{
+		JetStream:  d.js,
+		Prefix:     cfg.Prefix,
+		Specs:      cfg.Pools,
+		Segments:   d.segments,
+		Snowflakes: d.snowflakes,
+		Replicas:   cfg.KVReplicas,
+		Logger:     d.log.With("component", "pool-stream"),
+	})
+	return err
+}
+
+// startService registers the micro service. It gets a connection of its own: stopping it
+// drains every request already delivered, while heartbeats still use the first one to
+// write the last record.
+func (d *Dispenser) startService(context.Context) error {
+	cfg := d.cfg
+	svcConn, err := d.connect("leafbus service " + cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	d.onClose("service connection", func() error { svcConn.Close(); return nil })
+	svcCfg := service.DefaultConfig()
+	svcCfg.Prefix = cfg.Prefix
+	svcCfg.MaxBatch = cfg.MaxBatch
+	svcCfg.Layout = cfg.Layout()
+	svcCfg.Segments = d.segments
+	svcCfg.Snowflakes = d.snowflakes
+	svcCfg.Tags = d.store
+	if len(cfg.Pools) > 0 {
+		svcCfg.Batches = d.batches
+	}
+	svcCfg.Stats = d.endpointStats
+	svcCfg.Logger = d.log.With("component", "service")
+	svc, err := service.New(svcConn, svcCfg)
+	if err != nil {
+		return err
+	}
+	d.svc = svc
+	d.onClose("service", svc.Stop)
+	return nil
+}

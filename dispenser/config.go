@@ -1,0 +1,272 @@
+package dispenser
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
+	"github.com/leafbus/leafbus/workerid"
+)
+
+// Config is everything an operator sets. cmd/dispenser fills it from flags and
+// LEAFBUS_<NAME> environment variables (PROTOCOL.md "Running a dispenser": those names are
+// fixed), which is why the messages of Validate name the flags.
+type Config struct {
+	Listen  string // embedded NATS client address
+	DataDir string // embedded JetStream store, and the worker-ID cache file
+	Monitor string // embedded NATS HTTP monitoring address; "" = off
+	NATS    string // existing NATS servers; "" = embed one
+	Conn    client.ConnConfig
+
+	Prefix     string
+	NodeID     string
+	Advertise  string // ip:port this node registers under (ZooKeeper / MySQL registries)
+	KVReplicas int
+
+	SegmentStore     string // kv | mysql
+	MySQLDSN         string
+	MySQLCreateTable bool
+	SampleTag        bool // create leaf-segment-test when the store has no such tag
+
+	WorkerRegistry string // kv | zk | mysql | static
+	WorkerID       int64  // with static; -1 = not given
+	ZK             string
+	ZKName         string
+	ZKRecycle      bool
+	LeaseTTL       time.Duration
+
+	MaxBatch      int
+	Pools         pools.Specs
+	Epoch         int64 // snowflake epoch, Unix ms
+	DenseSequence bool
+
+	ClockWaitMax time.Duration
+	PeerSkewMax  time.Duration
+	ClockJumpMax time.Duration
+	BorrowMax    time.Duration
+}
+
+// HeartbeatInterval is Leaf's (3 s) and PROTOCOL.md's: not configurable, since the
+// start-up wait of a restarted node and the record's meaning depend on it.
+const HeartbeatInterval = 3 * time.Second
+
+// SampleTagName is Leaf's sample row, ready in the embedded default (Config.SampleTag) so
+// that a newcomer's first request works; SampleTagStep is its step.
+const (
+	SampleTagName = "leaf-segment-test"
+	SampleTagStep = 2000
+)
+
+// DefaultConfig is the one-binary default: embedded NATS on 127.0.0.1:4222, segments and
+// worker-ID leases in JetStream KV under ./leafbus-data, the node named after the host.
+func DefaultConfig() Config {
+	return Config{
+		Listen:         "127.0.0.1:4222",
+		DataDir:        "./leafbus-data",
+		Prefix:         wire.DefaultPrefix,
+		NodeID:         defaultNodeID(),
+		KVReplicas:     1,
+		SegmentStore:   "kv",
+		SampleTag:      true,
+		WorkerRegistry: "kv",
+		WorkerID:       -1,
+		ZKName:         "leafbus",
+		LeaseTTL:       30 * time.Second,
+		MaxBatch:       wire.DefaultMaxBatch,
+		Epoch:          snowflake.DefaultLayout().Epoch,
+		PeerSkewMax:    5 * time.Second,
+		ClockJumpMax:   time.Hour,
+		BorrowMax:      time.Second,
+	}
+}
+
+// Validate checks every setting and every cross-field rule before anything starts,
+// naming the flag, its value and what is allowed. It reports every mistake, not only the
+// first.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := wire.CheckPrefix(c.Prefix); err != nil {
+		errs = append(errs, err)
+	}
+	if err := workerid.CheckNodeID(c.NodeID); err != nil {
+		add("--node-id: %w", err)
+	}
+	errs = append(errs, c.checkNATS()...)
+	if c.DataDir == "" {
+		add("--data-dir is empty: the worker-ID cache file lives there")
+	}
+	if c.KVReplicas < 1 || c.KVReplicas > 5 {
+		add("--kv-replicas %d: want 1 to 5 (JetStream's limit)", c.KVReplicas)
+	}
+	switch c.SegmentStore {
+	case "kv":
+	case "mysql":
+		if c.MySQLDSN == "" {
+			add("--segment-store mysql needs --mysql-dsn")
+		}
+	default:
+		add("--segment-store %q: want kv or mysql", c.SegmentStore)
+	}
+	if err := c.Layout().Validate(); err != nil {
+		add("--epoch %d: %w", c.Epoch, err)
+	}
+	errs = append(errs, c.checkRegistry()...)
+	if c.LeaseTTL < 4*HeartbeatInterval {
+		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*HeartbeatInterval)
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
+		add("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
+	}
+	for _, p := range c.Pools {
+		if p.Size > c.MaxBatch {
+			add("--pool %s: batch size %d is over --max-batch %d", p, p.Size, c.MaxBatch)
+		}
+	}
+	errs = append(errs, c.checkClock()...)
+	return errors.Join(errs...)
+}
+
+// checkNATS checks the embedded server's addresses, or the --nats connection settings.
+func (c Config) checkNATS() []error {
+	if c.NATS == "" {
+		if err := (EmbeddedConfig{Listen: c.Listen, DataDir: c.DataDir, Monitor: c.Monitor}).Validate(); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
+	if err := c.connConfig("").Validate(); err != nil {
+		return []error{fmt.Errorf("--nats: %w", err)}
+	}
+	return nil
+}
+
+// checkRegistry checks the worker-ID registry and the flags that go with it.
+func (c Config) checkRegistry() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	maxID := c.Layout().MaxWorkerID()
+	switch c.WorkerRegistry {
+	case "static":
+		if c.WorkerID < 0 || c.WorkerID > maxID {
+			add("--worker-registry static needs --worker-id from 0 to %d, got %d", maxID, c.WorkerID)
+		}
+	case "kv":
+	case "zk":
+		if c.ZK == "" {
+			add("--worker-registry zk needs --zk host:port[,host:port]")
+		}
+		if c.NATS != "" && c.Advertise == "" {
+			add("--worker-registry zk with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
+		}
+	case "mysql":
+		if c.MySQLDSN == "" {
+			add("--worker-registry mysql needs --mysql-dsn")
+		}
+		if c.NATS != "" && c.Advertise == "" {
+			add("--worker-registry mysql with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
+		}
+	default:
+		add("--worker-registry %q: want kv, zk, mysql or static", c.WorkerRegistry)
+	}
+	if c.WorkerID >= 0 && c.WorkerRegistry != "static" {
+		add("--worker-id %d is only used with --worker-registry static (got %s)", c.WorkerID, c.WorkerRegistry)
+	}
+	if c.ZKRecycle && c.WorkerRegistry != "zk" {
+		add("--zk-recycle is only used with --worker-registry zk (got %s)", c.WorkerRegistry)
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			add("--advertise %q: want ip:port: %w", c.Advertise, err)
+		}
+	}
+	return errs
+}
+
+// checkClock checks the durations of the clock guard, heartbeat and generator.
+func (c Config) checkClock() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--clock-wait-max", c.ClockWaitMax}, {"--peer-skew-max", c.PeerSkewMax}, {"--clock-jump-max", c.ClockJumpMax}, {"--borrow-max", c.BorrowMax}} {
+		if d.v < 0 {
+			add("%s %v: want >= 0", d.name, d.v)
+		}
+	}
+	if c.PeerSkewMax == 0 {
+		add("--peer-skew-max 0: want > 0 (clocks are never exactly equal)")
+	}
+	if c.ClockJumpMax < time.Minute {
+		add("--clock-jump-max %v: want at least 1m (ordinary NTP corrections are far smaller)", c.ClockJumpMax)
+	}
+	if c.BorrowMax > time.Minute {
+		add("--borrow-max %v: want at most 1m (a restarted node waits this long past its record)", c.BorrowMax)
+	}
+	return errs
+}
+
+// Layout is the snowflake bit layout: Leaf's, with the configured epoch.
+func (c Config) Layout() snowflake.Layout {
+	l := snowflake.DefaultLayout()
+	l.Epoch = c.Epoch
+	return l
+}
+
+// connConfig is how to reach --nats, naming the connection.
+func (c Config) connConfig(name string) client.ConnConfig {
+	conn := c.Conn
+	conn.URLs, conn.Name = c.NATS, name
+	return conn
+}
+
+// cacheFile is where this node keeps its worker ID and highest timestamp on local disk,
+// for a start while the registry or KV is unreachable.
+func (c Config) cacheFile() *workerid.CacheFile {
+	return &workerid.CacheFile{Path: filepath.Join(c.DataDir, c.Prefix+"-workerid-"+c.NodeID+".json")}
+}
+
+// advertiseAddr is --advertise, or the first non-loopback IPv4 with --listen's port.
+func (c Config) advertiseAddr() (string, error) {
+	if c.Advertise != "" {
+		return c.Advertise, nil
+	}
+	_, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", fmt.Errorf("list interface addresses for --advertise: %w", err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return net.JoinHostPort(ipn.IP.String(), port), nil
+		}
+	}
+	return "", errors.New("no non-loopback IPv4 address to advertise: give --advertise ip:port")
+}
+
+// defaultNodeID is the host name with every character a node ID may not hold turned into
+// '-', cut to 64.
+func defaultNodeID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "leafbus"
+	}
+	b := []byte(h)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b[:min(len(b), 64)])
+}

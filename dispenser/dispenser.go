@@ -1,0 +1,178 @@
+package dispenser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/workerid"
+)
+
+// ErrClosed is returned by Run after Close, and by a second Run.
+var ErrClosed = errors.New("dispenser closed")
+
+// releaseTimeout bounds giving the worker ID back when a start fails.
+const releaseTimeout = 5 * time.Second
+
+// Dispenser is one running dispenser: every part New built, run by Run as one oklog/run
+// group, and undone by Close.
+type Dispenser struct {
+	cfg   Config
+	opts  options
+	log   *slog.Logger
+	clock snowflake.Clock
+	ready chan struct{}
+
+	// Built by New, in this order (see steps).
+	embedded      *Embedded
+	clientURL     string
+	nc            *nats.Conn // store, registry, clock records, heartbeats
+	js            jetstream.JetStream
+	store         segment.Store
+	segments      *segment.Generator
+	registry      workerid.Registry
+	lease         workerid.Lease
+	forever       *workerid.Forever
+	floor         int64
+	snowflakes    *snowflake.Generator
+	heartbeat     *workerid.Heartbeat
+	timeResponder *workerid.TimeResponder
+	batches       *pools.Batches
+	poolStream    *pools.Stream
+	svc           *service.Service
+
+	// closers undo what New built, in reverse order; Close is the only place they run.
+	closers []closer
+
+	mu       sync.Mutex
+	closed   bool
+	stopRun  context.CancelFunc // set while Run runs
+	runDone  chan struct{}      // closed when Run returns
+	leaseOut bool               // the heartbeat took the lease over (Run started it)
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// closer is one thing Close undoes.
+type closer struct {
+	name string
+	undo func() error
+}
+
+// New validates cfg and builds every part of a dispenser: NATS (embedded, or connections
+// to cfg.NATS), the segment store and generator, the worker-ID registry and lease, the
+// clock guard, the snowflake generator and its first heartbeat, the time responder, the
+// pools and the service. The service answers requests from the moment New returns;
+// background work (segment loading, heartbeats, pool filling) starts with Run.
+//
+// ctx bounds the start (waiting for ZooKeeper, the clock guard's wait past its floor):
+// New gives up when it ends, and keeps no reference to it. When a step fails, New undoes
+// every earlier one before it returns, through Close: in particular a worker ID already
+// acquired is given back at once, never left to expire.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Dispenser, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Dispenser{
+		cfg:     cfg,
+		opts:    options{logger: slog.New(slog.DiscardHandler), clock: snowflake.SystemClock()},
+		ready:   make(chan struct{}),
+		runDone: make(chan struct{}),
+	}
+	for _, opt := range opts {
+		if err := opt(&d.opts); err != nil {
+			return nil, err
+		}
+	}
+	d.log = d.opts.logger.With("node", cfg.NodeID)
+	d.clock = d.opts.clock
+	for _, s := range d.steps() {
+		err := s.run(ctx)
+		if err == nil && d.opts.afterStep != nil {
+			err = d.opts.afterStep(s.name, d)
+		}
+		if err != nil {
+			if cerr := d.Close(); cerr != nil {
+				d.log.Warn("undo a failed start", "step", s.name, "err", cerr)
+			}
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Ready is closed once the dispenser serves: Run has started and the segment tags are in.
+func (d *Dispenser) Ready() <-chan struct{} { return d.ready }
+
+// ClientURL is the NATS URL the dispenser serves on: the embedded server's, or cfg.NATS.
+func (d *Dispenser) ClientURL() string { return d.clientURL }
+
+// onClose registers undo to run at Close, before everything registered earlier.
+func (d *Dispenser) onClose(name string, undo func() error) {
+	d.closers = append(d.closers, closer{name, undo})
+}
+
+// Close stops Run if it runs and waits for it, then undoes everything New built, last
+// built first: the service, the worker ID (given back, unless the heartbeat already did
+// at its clean stop), the registry and store, the NATS connections and the embedded
+// server. It is safe to call more than once and from any goroutine; every call returns
+// the first call's result, the errors of the undo steps that failed.
+func (d *Dispenser) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		stop := d.stopRun
+		d.mu.Unlock()
+		if stop != nil {
+			stop()
+			<-d.runDone
+		}
+		var errs []error
+		for i := len(d.closers) - 1; i >= 0; i-- {
+			if err := d.closers[i].undo(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", d.closers[i].name, err))
+			}
+		}
+		d.closers = nil
+		d.closeErr = errors.Join(errs...)
+	})
+	return d.closeErr
+}
+
+// releaseLease gives the worker ID back when the heartbeat has not: after a failed start,
+// or when Run never ran. It records the highest timestamp issued, if any (the service
+// serves from the end of New): the generator is suspended first, so that stays the
+// highest, and a generator that issued nothing reports its floor, which is no timestamp
+// it used. With nothing issued the record stays the registry's own.
+func (d *Dispenser) releaseLease() error {
+	d.mu.Lock()
+	out := d.leaseOut
+	d.mu.Unlock()
+	if out {
+		return nil // the heartbeat released it with its final record, or lost it
+	}
+	ts := d.lease.Recorded()
+	if d.snowflakes != nil {
+		d.snowflakes.Suspend(workerid.ErrStopped)
+		if issued := d.snowflakes.Issued(); issued > d.floor {
+			ts = max(ts, issued)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := d.lease.Release(ctx, ts); err != nil {
+		return fmt.Errorf("worker ID %d: %w", d.lease.WorkerID(), err)
+	}
+	return nil
+}
