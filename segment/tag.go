@@ -46,8 +46,8 @@ func (t Tag) Validate() error {
 	return checkDescription(t.Name, t.Description)
 }
 
-// validate checks the fields a TagUpdate would change.
-func (u TagUpdate) validate() error {
+// Validate checks the fields a TagUpdate would change; errors wrap ErrInvalidTag.
+func (u TagUpdate) Validate() error {
 	if err := CheckTagName(u.Name); err != nil {
 		return err
 	}

@@ -130,23 +130,19 @@ func (s *Service) updateTag(ctx context.Context, body []byte) (any, error) {
 	if err := segment.CheckTagName(r.Tag); err != nil {
 		return nil, err
 	}
-	if r.Step == nil && r.Description == nil {
-		return nil, wire.BadRequest("nothing to update for tag %q: give step and/or description", r.Tag)
+	if r.Step == nil && r.Description == nil && r.MaxID == nil {
+		return nil, wire.BadRequest("nothing to update for tag %q: give step, description and/or max_id", r.Tag)
 	}
-	// Validate the new values as a whole tag would be validated.
-	probe := segment.Tag{Name: r.Tag, Step: 1, MaxID: 1}
-	if r.Step != nil {
-		probe.Step = *r.Step
-	}
-	if r.Description != nil {
-		probe.Description = *r.Description
-	}
-	if err := probe.Validate(); err != nil {
+	u := segment.TagUpdate{Name: r.Tag, Step: r.Step, Description: r.Description, MaxID: r.MaxID}
+	if err := u.Validate(); err != nil {
 		return nil, err
 	}
-	updated, err := s.cfg.Tags.UpdateTag(ctx, segment.TagUpdate{Name: r.Tag, Step: r.Step, Description: r.Description})
+	updated, err := s.cfg.Tags.UpdateTag(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("update tag %q: %w", r.Tag, err)
+	}
+	if r.MaxID != nil {
+		s.logger.Warn("tag max_id raised by an operator", "tag", updated.Name, "max_id", updated.MaxID)
 	}
 	s.logger.Info("tag updated", "tag", updated.Name, "step", updated.Step)
 	return tagInfo(updated), nil

@@ -24,11 +24,14 @@ type AddTagRequest struct {
 }
 
 // UpdateTagRequest is the body of <prefix>.admin.tags.update: the tag and at least one
-// of step and description.
+// of step, description and max_id. MaxID only ever raises a tag: it is how an operator
+// repairs a tag whose store went backwards (a restored backup, a lost bucket) to above
+// every dispenser's high-water mark.
 type UpdateTagRequest struct {
 	Tag         string  `json:"tag"`
 	Step        *int64  `json:"step,omitempty"`
 	Description *string `json:"description,omitempty"`
+	MaxID       *int64  `json:"max_id,omitempty"`
 }
 
 // DecodedID is the reply of <prefix>.decode.snowflake. Timestamp is Unix milliseconds
