@@ -1,0 +1,2 @@
+// Package deploy holds the deployment files; its tests check them.
+package deploy
