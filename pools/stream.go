@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -218,25 +219,14 @@ func (s *Stream) Run(ctx context.Context) error {
 	return nil
 }
 
-// ensure creates or updates the stream and every pool's consumer.
+// ensure creates the stream, or updates it when it exists with other settings, and
+// creates or updates every pool's consumer.
 func (s *Stream) ensure(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.PublishTimeout)
 	defer cancel()
-	st, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        s.name,
-		Description: "leafbus: ready ID batches for bulk consumers (PROTOCOL.md, Bulk batches)",
-		Subjects:    []string{s.cfg.Prefix + ".pool.>"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    s.cfg.Replicas,
-		// The backstop bound; the exact one is each feeder's checked publish.
-		MaxMsgsPerSubject:    MaxDepth,
-		Discard:              jetstream.DiscardNew,
-		DiscardNewPerSubject: true,
-		Duplicates:           DuplicateWindow,
-	})
+	st, err := s.ensureStream(ctx)
 	if err != nil {
-		return fmt.Errorf("create or update stream %s: %w", s.name, err)
+		return err
 	}
 	for _, p := range s.pools {
 		_, err := s.js.CreateOrUpdateConsumer(ctx, s.name, jetstream.ConsumerConfig{
@@ -256,6 +246,69 @@ func (s *Stream) ensure(ctx context.Context) error {
 	s.stream = st
 	s.mu.Unlock()
 	return nil
+}
+
+// ensureStream creates the pool stream; when it exists it updates it only if a setting
+// this package owns differs. Every dispenser runs this at start, often at the same
+// moment: an update that changes nothing still rewrites the stream's store
+// configuration, and nats-server 2.15 races that rewrite against a consumer being
+// created on the same stream (a data race inside the server). Creating with the same
+// settings, or leaving a matching stream alone, does not touch the store.
+func (s *Stream) ensureStream(ctx context.Context) (jetstream.Stream, error) {
+	want := s.streamConfig()
+	st, err := s.js.CreateStream(ctx, want)
+	if err == nil {
+		return st, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil, fmt.Errorf("create stream %s: %w", s.name, err)
+	}
+	// It exists with other settings than a create would have made: perhaps only ones
+	// an operator set (limits we leave unset), perhaps ours from another version.
+	st, err = s.js.Stream(ctx, s.name)
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: %w", s.name, err)
+	}
+	if sameOwnedSettings(st.CachedInfo().Config, want) {
+		return st, nil
+	}
+	st, err = s.js.UpdateStream(ctx, want)
+	if err != nil {
+		return nil, fmt.Errorf("update stream %s: %w", s.name, err)
+	}
+	s.logger.Info("pools: updated the pool stream's settings", "stream", s.name)
+	return st, nil
+}
+
+// streamConfig is the pool stream as this package makes it.
+func (s *Stream) streamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        s.name,
+		Description: "leafbus: ready ID batches for bulk consumers (PROTOCOL.md, Bulk batches)",
+		Subjects:    []string{s.cfg.Prefix + ".pool.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.cfg.Replicas,
+		// The backstop bound; the exact one is each feeder's checked publish.
+		MaxMsgsPerSubject:    MaxDepth,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           DuplicateWindow,
+	}
+}
+
+// sameOwnedSettings reports whether have matches want in every setting streamConfig
+// sets. Settings it leaves unset (limits an operator may add) are not compared.
+func sameOwnedSettings(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description &&
+		slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention &&
+		have.Storage == want.Storage &&
+		have.Replicas == want.Replicas &&
+		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.Discard == want.Discard &&
+		have.DiscardNewPerSubject == want.DiscardNewPerSubject &&
+		have.Duplicates == want.Duplicates
 }
 
 // streamBatch is a filled batch that is not known to be stored yet.

@@ -245,6 +245,72 @@ func TestStreamSetUp(t *testing.T) {
 	})
 }
 
+// TestStreamSetUpUpdatesOnlyWhatDiffers: a dispenser starting on an existing pool
+// stream leaves it alone when its settings match (an update, even a no-op one, races
+// consumer creation inside nats-server), keeps limits an operator added, and puts back
+// a setting of its own that differs.
+func TestStreamSetUpUpdatesOnlyWhatDiffers(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	js := newJS(t, ns)
+	updates, err := ns.Connect(t).SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.LEAF_POOL")
+	if err != nil {
+		t.Fatalf("subscribe to stream update advisories: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec := Spec{Kind: wire.Segment, Tag: "orders", Size: 10, Depth: 3}
+	ensure := func(what string) jetstream.StreamConfig {
+		t.Helper()
+		s := mustNewStream(t, StreamConfig{JetStream: js, Specs: []Spec{spec}, Segments: &countingSource{}})
+		if err := s.ensure(ctx); err != nil {
+			t.Fatalf("ensure %s: %v", what, err)
+		}
+		st, err := js.Stream(ctx, "LEAF_POOL")
+		if err != nil {
+			t.Fatalf("js.Stream after ensure %s: %v", what, err)
+		}
+		return st.CachedInfo().Config
+	}
+	// wantUpdates takes want update advisories, then gives a stray one 50ms to show
+	// (the server queues advisories apart from API replies).
+	wantUpdates := func(what string, want int) {
+		t.Helper()
+		for i := range want {
+			if _, err := updates.NextMsg(5 * time.Second); err != nil {
+				t.Fatalf("%s: stream update advisory #%d: %v, want %d updates", what, i+1, err, want)
+			}
+		}
+		if _, err := updates.NextMsg(50 * time.Millisecond); err == nil {
+			t.Fatalf("%s: more than %d stream updates", what, want)
+		}
+	}
+
+	ensure("on no stream")
+	ensure("on a matching stream")
+	wantUpdates("ensure twice", 0)
+
+	cfg := ensure("again")
+	cfg.MaxAge = time.Hour // an operator's limit: not ours to undo
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("UpdateStream(MaxAge 1h): %v", err)
+	}
+	wantUpdates("the operator's update", 1)
+	if got := ensure("with an operator's limit"); got.MaxAge != time.Hour {
+		t.Errorf("after ensure MaxAge = %v, want the operator's 1h kept", got.MaxAge)
+	}
+	wantUpdates("ensure with an operator's limit", 0)
+
+	cfg.Duplicates = time.Minute // one of ours, changed
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("UpdateStream(Duplicates 1m): %v", err)
+	}
+	wantUpdates("the duplicate window's change", 1)
+	if got := ensure("with a setting of ours changed"); got.Duplicates != DuplicateWindow {
+		t.Errorf("after ensure Duplicates = %v, want %v back", got.Duplicates, DuplicateWindow)
+	}
+	wantUpdates("ensure with a setting of ours changed", 1)
+}
+
 // TestStreamTwoFeedersBounded: two dispensers feed the same pool while a job drains it;
 // once the job stops, the pool holds exactly its depth: no feeder ever added a message
 // past the bound (published by both minus taken = depth), however they interleaved.
