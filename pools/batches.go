@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -251,11 +251,10 @@ func (b *Batches) Run(ctx context.Context) error {
 	return nil
 }
 
-// Fill-error back-off: the first retry after retryMin, doubling up to retryMax.
-const (
-	retryMin = 20 * time.Millisecond
-	retryMax = 2 * time.Second
-)
+// retryPolicy is the back-off after a failed fill, publish or stream set-up: 20ms,
+// doubling up to 2s, each wait between half and all of that so that pools (and
+// dispensers) that failed together retry apart.
+var retryPolicy = backoff.Policy{Min: 20 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
 // fill is one pool's filler loop.
 func (b *Batches) fill(ctx context.Context, p *pool) {
@@ -268,7 +267,7 @@ func (b *Batches) fill(ctx context.Context, p *pool) {
 	lastTextAsks, lastTextAt := p.textAsks.Load(), time.Now()
 	withText := true
 	p.withText.Store(true)
-	retry := time.Duration(0)
+	bo := backoff.New(retryPolicy)
 	for {
 		if m := p.misses.Load(); m != lastMisses {
 			lastMisses = m
@@ -295,21 +294,20 @@ func (b *Batches) fill(ctx context.Context, p *pool) {
 				p.fillErrors.Add(1)
 				msg := err.Error()
 				p.lastError.Store(&msg)
-				if retry == 0 {
-					logger.Warn("pools: fill failed, retrying with back-off", "err", err)
-					retry = retryMin
+				wait := bo.Next()
+				if bo.Failures() == 1 {
+					logger.Warn("pools: fill failed, retrying with back-off", "err", err, "retry_in", wait)
 				} else {
-					logger.Debug("pools: fill failed again", "err", err, "retry_in", retry)
-					retry = min(2*retry, retryMax)
+					logger.Debug("pools: fill failed again", "err", err, "retry_in", wait)
 				}
-				if !sleep(ctx, retry/2+rand.N(retry/2+1)) {
+				if !backoff.Sleep(ctx, wait) {
 					return
 				}
 				continue
 			}
-			if retry != 0 {
+			if bo.Failures() != 0 {
 				logger.Info("pools: fill works again")
-				retry = 0
+				bo.Reset()
 			}
 			var batch []byte
 			batch, text = prepare(ids, text, withText)
@@ -320,7 +318,7 @@ func (b *Batches) fill(ctx context.Context, p *pool) {
 			if len(p.ready) < target/2 {
 				continue // drained: refill flat out
 			}
-			if !sleep(ctx, b.cfg.FillPause) {
+			if !backoff.Sleep(ctx, b.cfg.FillPause) {
 				return
 			}
 			continue
@@ -391,20 +389,6 @@ func (b *Batches) lower(logger *slog.Logger, p *pool) {
 		default:
 			return // taken meanwhile
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -193,7 +194,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	if len(s.pools) == 0 {
 		return nil
 	}
-	retry := time.Duration(0)
+	bo := backoff.New(retryPolicy)
 	for {
 		err := s.ensure(ctx)
 		if err == nil {
@@ -202,8 +203,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		retry = s.backoff(retry, nil, "pools: set up the pool stream", err)
-		if !sleep(ctx, retry/2+rand.N(retry/2+1)) {
+		if !backoff.Sleep(ctx, s.failed(bo, nil, "pools: set up the pool stream", err)) {
 			return nil
 		}
 	}
@@ -325,7 +325,7 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 	logger := s.logger.With("pool", p.spec.String(), "subject", p.subject)
 	ids := make([]int64, p.spec.Size)
 	var pending *streamBatch
-	retry := time.Duration(0)
+	bo := backoff.New(retryPolicy)
 	for ctx.Err() == nil {
 		if pending == nil {
 			full, err := s.full(ctx, p)
@@ -333,13 +333,12 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 				if ctx.Err() != nil {
 					return
 				}
-				retry = s.backoff(retry, p, "pools: read the pool stream", err)
 				p.publishErrors.Add(1)
-				sleep(ctx, retry/2+rand.N(retry/2+1))
+				backoff.Sleep(ctx, s.failed(bo, p, "pools: read the pool stream", err))
 				continue
 			}
 			if full {
-				sleep(ctx, s.cfg.Poll)
+				backoff.Sleep(ctx, s.cfg.Poll)
 				continue
 			}
 			if err := s.source(ctx, p.spec, ids); err != nil {
@@ -347,8 +346,7 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 					return
 				}
 				p.fillErrors.Add(1)
-				retry = s.backoff(retry, p, "pools: fill a stream batch", err)
-				sleep(ctx, retry/2+rand.N(retry/2+1))
+				backoff.Sleep(ctx, s.failed(bo, p, "pools: fill a stream batch", err))
 				continue
 			}
 			pending = &streamBatch{
@@ -363,23 +361,22 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 				return // the pending batch is forgotten: a gap at worst
 			}
 			p.publishErrors.Add(1)
-			retry = s.backoff(retry, p, "pools: publish a stream batch", err)
-			sleep(ctx, retry/2+rand.N(retry/2+1))
+			backoff.Sleep(ctx, s.failed(bo, p, "pools: publish a stream batch", err))
 		case res == pubDropped:
 			p.dropped.Add(1)
 			logger.Warn("pools: dropped a batch whose publish outcome stayed unknown past half the duplicate window", "msg_id", pending.msgID)
 			pending = nil
 		case res == pubFull:
-			sleep(ctx, s.cfg.Poll)
+			backoff.Sleep(ctx, s.cfg.Poll)
 		case res == pubConflict:
 			p.conflicts.Add(1)
 			// Another dispenser published in between: read again after a short
 			// random pause, so that two feeders fall out of step.
-			sleep(ctx, time.Duration(rand.N(int64(2*time.Millisecond))))
+			backoff.Sleep(ctx, rand.N(2*time.Millisecond))
 		case res == pubStored || res == pubDuplicate:
-			if retry != 0 {
+			if bo.Failures() != 0 {
 				logger.Info("pools: stream top-up works again")
-				retry = 0
+				bo.Reset()
 			}
 			if res == pubDuplicate {
 				p.duplicates.Add(1)
@@ -494,20 +491,22 @@ func (s *Stream) source(ctx context.Context, sp Spec, ids []int64) error {
 	return nil
 }
 
-// backoff records err, logs it (loudly the first time) and returns the next pause.
-func (s *Stream) backoff(retry time.Duration, p *streamPool, what string, err error) time.Duration {
+// failed records err, logs it (loudly the first time in a row) and returns the pause
+// before the next attempt.
+func (s *Stream) failed(bo *backoff.Backoff, p *streamPool, what string, err error) time.Duration {
 	logger := s.logger
 	if p != nil {
 		msg := err.Error()
 		p.lastError.Store(&msg)
 		logger = logger.With("pool", p.spec.String())
 	}
-	if retry == 0 {
-		logger.Warn(what+" failed, retrying with back-off", "err", err)
-		return retryMin
+	wait := bo.Next()
+	if bo.Failures() == 1 {
+		logger.Warn(what+" failed, retrying with back-off", "err", err, "retry_in", wait)
+	} else {
+		logger.Debug(what+" failed again", "err", err, "retry_in", wait)
 	}
-	logger.Debug(what+" failed again", "err", err, "retry_in", retry)
-	return min(2*retry, retryMax)
+	return wait
 }
 
 // StreamStats is a snapshot of one stream pool. Counts are of batches.
