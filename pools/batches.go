@@ -44,7 +44,7 @@ func borrowed(sf SnowflakeSource) time.Duration {
 // is configured twice, or a pool's kind has no source.
 var ErrInvalidPool = errors.New("invalid pool configuration")
 
-// Config configures Batches.
+// Config configures Batches. Start from DefaultConfig and set Specs and the sources.
 type Config struct {
 	// Specs lists the pools: each keeps up to Depth ready replies of exactly Size IDs.
 	Specs []Spec
@@ -53,12 +53,12 @@ type Config struct {
 	// Snowflakes fills snowflake pools; required when a snowflake pool is configured.
 	Snowflakes SnowflakeSource
 	// IdleAfter is how long a pool may go without a Take before it halves its target
-	// (dropping the ready batches above it), down to one batch. Default 30s.
+	// (dropping the ready batches above it), down to one batch. Default 30s; > 0.
 	IdleAfter time.Duration
 	// FillPause is the pause between two batches while a pool holds at least half its
 	// target, so that a comfortable pool leaves its source (the snowflake lock, the
 	// segment buffer) to the requests served directly. Below half there is no pause.
-	// Default 1ms.
+	// Default 1ms; >= 0.
 	FillPause time.Duration
 	// Logger receives fill failures and target changes; nil discards.
 	Logger *slog.Logger
@@ -130,19 +130,43 @@ type pool struct {
 	lastError                   atomic.Pointer[string]
 }
 
+// DefaultConfig returns the tuning New was built for; Specs and the sources are left
+// for the caller.
+func DefaultConfig() Config {
+	return Config{IdleAfter: 30 * time.Second, FillPause: time.Millisecond}
+}
+
+// Validate reports the first setting out of range, naming the field, its value and the
+// bound; the error wraps ErrInvalidPool.
+func (c Config) Validate() error {
+	switch {
+	case c.IdleAfter <= 0:
+		return fmt.Errorf("%w: IdleAfter %v must be > 0", ErrInvalidPool, c.IdleAfter)
+	case c.FillPause < 0:
+		return fmt.Errorf("%w: FillPause %v must be >= 0", ErrInvalidPool, c.FillPause)
+	}
+	return checkSpecs(c.Specs, c.Segments != nil, c.Snowflakes != nil)
+}
+
+// orDefaults gives zero tuning fields their DefaultConfig value. It keeps callers
+// written before DefaultConfig (cmd/dispenser's serve.go) working; delete it once every
+// caller starts from DefaultConfig, and FillPause 0 then means no pause.
+func (c Config) orDefaults() Config {
+	d := DefaultConfig()
+	if c.IdleAfter == 0 {
+		c.IdleAfter = d.IdleAfter
+	}
+	if c.FillPause == 0 {
+		c.FillPause = d.FillPause
+	}
+	return c
+}
+
 // New checks cfg and returns Batches whose pools are empty until Run fills them.
 func New(cfg Config) (*Batches, error) {
-	if cfg.IdleAfter == 0 {
-		cfg.IdleAfter = 30 * time.Second
-	}
-	if cfg.FillPause == 0 {
-		cfg.FillPause = time.Millisecond
-	}
-	if cfg.IdleAfter < 0 {
-		return nil, fmt.Errorf("%w: IdleAfter %v: want > 0", ErrInvalidPool, cfg.IdleAfter)
-	}
-	if cfg.FillPause < 0 {
-		return nil, fmt.Errorf("%w: FillPause %v: want >= 0", ErrInvalidPool, cfg.FillPause)
+	cfg = cfg.orDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -150,19 +174,7 @@ func New(cfg Config) (*Batches, error) {
 	}
 	b := &Batches{pools: make(map[poolKey]*pool, len(cfg.Specs)), sf: cfg.Snowflakes, cfg: cfg, logger: logger}
 	for _, sp := range cfg.Specs {
-		if err := checkSpec(sp); err != nil {
-			return nil, err
-		}
-		switch {
-		case sp.Kind == wire.Segment && cfg.Segments == nil:
-			return nil, fmt.Errorf("%w: pool %s: no segment source", ErrInvalidPool, sp)
-		case sp.Kind == wire.Snowflake && cfg.Snowflakes == nil:
-			return nil, fmt.Errorf("%w: pool %s: no snowflake source", ErrInvalidPool, sp)
-		}
 		k := poolKey{sp.Kind, sp.Tag}
-		if have, dup := b.pools[k]; dup {
-			return nil, fmt.Errorf("%w: pool %s: %s:%s is already configured as %s", ErrInvalidPool, sp, sp.Kind, sp.Tag, have.spec)
-		}
 		p := &pool{
 			spec:   sp,
 			binLen: 8 * sp.Size,
@@ -174,6 +186,29 @@ func New(cfg Config) (*Batches, error) {
 		b.order = append(b.order, p)
 	}
 	return b, nil
+}
+
+// checkSpecs checks each spec's ranges, that no kind and tag comes twice, and that each
+// spec's kind has a source.
+func checkSpecs(specs []Spec, haveSegments, haveSnowflakes bool) error {
+	seen := make(map[poolKey]Spec, len(specs))
+	for _, sp := range specs {
+		if err := checkSpec(sp); err != nil {
+			return err
+		}
+		switch {
+		case sp.Kind == wire.Segment && !haveSegments:
+			return fmt.Errorf("%w: pool %s: no segment source (Segments is nil)", ErrInvalidPool, sp)
+		case sp.Kind == wire.Snowflake && !haveSnowflakes:
+			return fmt.Errorf("%w: pool %s: no snowflake source (Snowflakes is nil)", ErrInvalidPool, sp)
+		}
+		k := poolKey{sp.Kind, sp.Tag}
+		if have, dup := seen[k]; dup {
+			return fmt.Errorf("%w: pool %s: %s:%s is already configured as %s", ErrInvalidPool, sp, sp.Kind, sp.Tag, have)
+		}
+		seen[k] = sp
+	}
+	return nil
 }
 
 // checkSpec repeats ParseSpec's range checks for specs built in code.

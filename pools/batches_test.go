@@ -189,6 +189,41 @@ func TestNew(t *testing.T) {
 	}
 }
 
+// TestConfigValidate: DefaultConfig with sources is valid, and each refusal names the
+// field, its value and the bound.
+func TestConfigValidate(t *testing.T) {
+	orders := Spec{wire.Segment, "orders", 10, 2}
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		wantErr string // "" for OK
+	}{
+		{"OK", func(c *Config) {}, ""},
+		{"OKNoPause", func(c *Config) { c.FillPause = 0 }, ""},
+		{"ErrIdleAfter", func(c *Config) { c.IdleAfter = 0 }, "IdleAfter 0s must be > 0"},
+		{"ErrFillPause", func(c *Config) { c.FillPause = -time.Millisecond }, "FillPause -1ms must be >= 0"},
+		{"ErrNoSegmentSource", func(c *Config) { c.Segments = nil }, "pool segment:orders:10:2: no segment source (Segments is nil)"},
+		{"ErrDuplicate", func(c *Config) { c.Specs = append(c.Specs, Spec{wire.Segment, "orders", 5, 1}) }, "segment:orders is already configured as segment:orders:10:2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Specs, cfg.Segments = []Spec{orders}, &countingSource{}
+			tt.change(&cfg)
+			err := cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidPool) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want ErrInvalidPool saying %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
 // TestTake checks that Take hands over exactly the prepared bytes, in the encoding
 // asked for, once, and declines what is not the pool's shape.
 func TestTake(t *testing.T) {

@@ -26,7 +26,8 @@ const DuplicateWindow = 2 * time.Minute
 // maxTextBytesPerID bounds one ID in a text body: 19 digits and a newline.
 const maxTextBytesPerID = 20
 
-// StreamConfig configures a Stream.
+// StreamConfig configures a Stream. Start from DefaultStreamConfig and set JetStream,
+// Specs and the sources.
 type StreamConfig struct {
 	// JetStream is where the stream lives; its connection's max payload must hold a
 	// batch of the largest Size as text (20 bytes per ID).
@@ -40,13 +41,14 @@ type StreamConfig struct {
 	Segments   SegmentSource
 	Snowflakes SnowflakeSource
 	// Replicas of the stream (--kv-replicas), 1 to 5. Default 1. Every dispenser of a
-	// deployment must use the same value: each one creates or updates the stream.
+	// deployment must use the same value: each one updates the stream to its own.
 	Replicas int
 	// AckWait of the pool consumers, at least wire.PoolMinAckWait. Default wire.PoolMinAckWait.
 	AckWait time.Duration
-	// Poll is how often a full pool looks whether batches were taken. Default 250ms.
+	// Poll is how often a full pool looks whether batches were taken. Default 250ms; > 0.
 	Poll time.Duration
-	// PublishTimeout bounds one publish (and one stream info request). Default 5s.
+	// PublishTimeout bounds one publish (and one stream info request); the stream and
+	// consumer set-up gets twice as long. Default 5s; > 0.
 	PublishTimeout time.Duration
 	// Logger receives set-up, fill and publish failures; nil discards.
 	Logger *slog.Logger
@@ -106,70 +108,94 @@ type streamPool struct {
 	lastError                          atomic.Pointer[string]
 }
 
+// DefaultStreamConfig returns the settings NewStream was built for: prefix "leaf",
+// one replica, the protocol's minimum ack wait. JetStream, Specs and the sources are
+// left for the caller.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{
+		Prefix:         "leaf",
+		Replicas:       1,
+		AckWait:        wire.PoolMinAckWait,
+		Poll:           250 * time.Millisecond,
+		PublishTimeout: 5 * time.Second,
+	}
+}
+
+// Validate reports the first setting that is missing or out of range, naming the
+// field, its value and the bound; the error wraps ErrInvalidPool.
+func (c StreamConfig) Validate() error { return c.validate(wire.PoolMinAckWait) }
+
+// validate is Validate with the ack wait's floor given, so that tests can watch an
+// unacked batch come back without waiting 30 s.
+func (c StreamConfig) validate(ackWaitFloor time.Duration) error {
+	switch {
+	case c.JetStream == nil:
+		return fmt.Errorf("%w: stream: JetStream is nil", ErrInvalidPool)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("%w: stream: Replicas %d must be between 1 and 5", ErrInvalidPool, c.Replicas)
+	case c.AckWait < ackWaitFloor:
+		return fmt.Errorf("%w: stream: AckWait %v must be at least %v", ErrInvalidPool, c.AckWait, ackWaitFloor)
+	case c.Poll <= 0:
+		return fmt.Errorf("%w: stream: Poll %v must be > 0", ErrInvalidPool, c.Poll)
+	case c.PublishTimeout <= 0:
+		return fmt.Errorf("%w: stream: PublishTimeout %v must be > 0", ErrInvalidPool, c.PublishTimeout)
+	}
+	if err := wire.CheckPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("%w: stream: Prefix: %w", ErrInvalidPool, err)
+	}
+	if err := checkSpecs(c.Specs, c.Segments != nil, c.Snowflakes != nil); err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	maxPayload := int64(-1)
+	if nc := c.JetStream.Conn(); nc != nil {
+		maxPayload = nc.MaxPayload()
+	}
+	for _, sp := range c.Specs {
+		if body := int64(sp.Size) * maxTextBytesPerID; maxPayload > 0 && body > maxPayload {
+			return fmt.Errorf("%w: stream pool %s: a batch may take %d bytes as text, over the connection's max payload %d",
+				ErrInvalidPool, sp, body, maxPayload)
+		}
+	}
+	return nil
+}
+
+// orDefaults gives zero fields with a default their DefaultStreamConfig value. It keeps
+// callers written before DefaultStreamConfig (cmd/dispenser's serve.go) working; delete
+// it once every caller starts from DefaultStreamConfig.
+func (c StreamConfig) orDefaults() StreamConfig {
+	d := DefaultStreamConfig()
+	if c.Replicas == 0 {
+		c.Replicas = d.Replicas
+	}
+	if c.AckWait == 0 {
+		c.AckWait = d.AckWait
+	}
+	if c.Poll == 0 {
+		c.Poll = d.Poll
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = d.PublishTimeout
+	}
+	return c
+}
+
 // NewStream checks cfg; nothing is created until Run.
 func NewStream(cfg StreamConfig) (*Stream, error) {
 	return newStream(cfg, wire.PoolMinAckWait)
 }
 
-// newStream is NewStream with a lower ack-wait floor, so that tests can watch an
-// unacked batch come back without waiting 30 s.
+// newStream is NewStream with a lower ack-wait floor, for tests.
 func newStream(cfg StreamConfig, ackWaitFloor time.Duration) (*Stream, error) {
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.AckWait == 0 {
-		cfg.AckWait = wire.PoolMinAckWait
-	}
-	if cfg.Poll == 0 {
-		cfg.Poll = 250 * time.Millisecond
-	}
-	if cfg.PublishTimeout == 0 {
-		cfg.PublishTimeout = 5 * time.Second
-	}
-	switch {
-	case cfg.JetStream == nil:
-		return nil, fmt.Errorf("%w: stream: no JetStream", ErrInvalidPool)
-	case cfg.Replicas < 1 || cfg.Replicas > 5:
-		return nil, fmt.Errorf("%w: stream replicas %d: want 1 to 5", ErrInvalidPool, cfg.Replicas)
-	case cfg.AckWait < ackWaitFloor:
-		return nil, fmt.Errorf("%w: stream ack wait %v: want at least %v", ErrInvalidPool, cfg.AckWait, ackWaitFloor)
-	case cfg.Poll < 0:
-		return nil, fmt.Errorf("%w: stream poll %v: want > 0", ErrInvalidPool, cfg.Poll)
-	case cfg.PublishTimeout < 0:
-		return nil, fmt.Errorf("%w: stream publish timeout %v: want > 0", ErrInvalidPool, cfg.PublishTimeout)
-	}
-	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPool, err)
-	}
-	maxPayload := int64(-1)
-	if nc := cfg.JetStream.Conn(); nc != nil {
-		maxPayload = nc.MaxPayload()
+	cfg = cfg.orDefaults()
+	if err := cfg.validate(ackWaitFloor); err != nil {
+		return nil, err
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Stream{js: cfg.JetStream, cfg: cfg, name: wire.Subjects{Prefix: cfg.Prefix}.PoolStream(), sf: cfg.Snowflakes, logger: logger}
-	seen := make(map[poolKey]Spec, len(cfg.Specs))
 	for _, sp := range cfg.Specs {
-		if err := checkSpec(sp); err != nil {
-			return nil, err
-		}
-		switch {
-		case sp.Kind == wire.Segment && cfg.Segments == nil:
-			return nil, fmt.Errorf("%w: stream pool %s: no segment source", ErrInvalidPool, sp)
-		case sp.Kind == wire.Snowflake && cfg.Snowflakes == nil:
-			return nil, fmt.Errorf("%w: stream pool %s: no snowflake source", ErrInvalidPool, sp)
-		}
-		k := poolKey{sp.Kind, sp.Tag}
-		if have, dup := seen[k]; dup {
-			return nil, fmt.Errorf("%w: stream pool %s: %s:%s is already configured as %s", ErrInvalidPool, sp, sp.Kind, sp.Tag, have)
-		}
-		seen[k] = sp
-		if body := int64(sp.Size) * maxTextBytesPerID; maxPayload > 0 && body > maxPayload {
-			return nil, fmt.Errorf("%w: stream pool %s: a batch may take %d bytes as text, over the connection's max payload %d",
-				ErrInvalidPool, sp, body, maxPayload)
-		}
 		s.pools = append(s.pools, &streamPool{
 			spec:     sp,
 			subject:  wire.Subjects{Prefix: cfg.Prefix}.Pool(sp.Kind, sp.Tag),

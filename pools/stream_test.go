@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,6 +179,43 @@ func TestNewStream(t *testing.T) {
 			_, err := NewStream(tt.cfg)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("NewStream: got error %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestStreamConfigValidate: DefaultStreamConfig with JetStream is valid, and each
+// refusal names the field, its value and the bound.
+func TestStreamConfigValidate(t *testing.T) {
+	js := newJS(t, testenv.StartNATS(t))
+	tests := []struct {
+		name    string
+		change  func(*StreamConfig)
+		wantErr string // "" for OK
+	}{
+		{"OK", func(c *StreamConfig) {}, ""},
+		{"ErrJetStream", func(c *StreamConfig) { c.JetStream = nil }, "JetStream is nil"},
+		{"ErrReplicas", func(c *StreamConfig) { c.Replicas = 0 }, "Replicas 0 must be between 1 and 5"},
+		{"ErrAckWait", func(c *StreamConfig) { c.AckWait = 10 * time.Second }, "AckWait 10s must be at least 30s"},
+		{"ErrPoll", func(c *StreamConfig) { c.Poll = 0 }, "Poll 0s must be > 0"},
+		{"ErrPublishTimeout", func(c *StreamConfig) { c.PublishTimeout = -time.Second }, "PublishTimeout -1s must be > 0"},
+		{"ErrPrefix", func(c *StreamConfig) { c.Prefix = "a.b" }, "Prefix"},
+		{"ErrNoSnowflakeSource", func(c *StreamConfig) { c.Specs = []Spec{{Kind: wire.Snowflake, Tag: "x", Size: 10, Depth: 1}} }, "no snowflake source (Snowflakes is nil)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultStreamConfig()
+			cfg.JetStream = js
+			tt.change(&cfg)
+			err := cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidPool) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want ErrInvalidPool saying %q", err, tt.wantErr)
 			}
 		})
 	}
