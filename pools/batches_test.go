@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -54,38 +54,6 @@ type snowflakeFake struct{ *countingSource }
 
 func (s snowflakeFake) Fill(dst []int64) error { return s.fill(dst) }
 
-// testLogger sends logs to t.Log, so they show only when a test fails.
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Helper()
-	w.tb.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// runBatches starts b.Run and stops it (waiting, bounded) at cleanup.
-func runBatches(tb testing.TB, b *Batches) {
-	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("Batches.Run returned %v, want nil", err)
-			}
-		case <-time.After(5 * time.Second):
-			tb.Errorf("Batches.Run did not return within 5s of its context ending")
-		}
-	})
-}
-
 // waitStats polls pool i's stats until ok says so, failing after 5s.
 func waitStats(tb testing.TB, b *Batches, i int, what string, ok func(PoolStats) bool) PoolStats {
 	tb.Helper()
@@ -106,7 +74,7 @@ func waitStats(tb testing.TB, b *Batches, i int, what string, ok func(PoolStats)
 func mustNew(tb testing.TB, cfg Config) *Batches {
 	tb.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(tb)
+		cfg.Logger = testutil.Logger(tb)
 	}
 	b, err := New(cfg)
 	if err != nil {
@@ -232,7 +200,7 @@ func TestTake(t *testing.T) {
 	if _, ok := b.Take(wire.Segment, "orders", 5, wire.Text); ok {
 		t.Fatalf("Take before Run: ok=true, want false (nothing filled yet)")
 	}
-	runBatches(t, b)
+	testutil.Run(t, "Batches.Run", b.Run)
 	waitStats(t, b, 0, "3 ready batches", func(s PoolStats) bool { return s.Ready == 3 })
 
 	declined := []struct {
@@ -293,7 +261,7 @@ func TestTakeConcurrent(t *testing.T) {
 		Snowflakes: sf,
 		FillPause:  time.Microsecond,
 	})
-	runBatches(t, b)
+	testutil.Run(t, "Batches.Run", b.Run)
 
 	var (
 		mu    sync.Mutex
@@ -364,7 +332,7 @@ func TestAdaptive(t *testing.T) {
 		Segments:  src,
 		IdleAfter: 20 * time.Millisecond,
 	})
-	runBatches(t, b)
+	testutil.Run(t, "Batches.Run", b.Run)
 	s := waitStats(t, b, 0, "target lowered to 1", func(s PoolStats) bool { return s.Target == 1 && s.Ready <= 1 })
 	if s.Dropped == 0 {
 		t.Fatalf("idle pool lowered its target without dropping a batch: %+v", s)
@@ -391,7 +359,7 @@ func TestFillErrors(t *testing.T) {
 	errStore := errors.New("store down")
 	src := &countingSource{failWith: errStore}
 	b := mustNew(t, Config{Specs: []Spec{{wire.Segment, "orders", 10, 4}}, Segments: src})
-	runBatches(t, b)
+	testutil.Run(t, "Batches.Run", b.Run)
 	s := waitStats(t, b, 0, "fill errors counted", func(s PoolStats) bool { return s.FillErrors >= 2 })
 	if !strings.Contains(s.LastError, "store down") {
 		t.Fatalf("Stats().LastError = %q, want it to name the source's error", s.LastError)
@@ -443,7 +411,7 @@ func TestSnowflakeBorrowed(t *testing.T) {
 		t.Fatalf("snowflake.New: %v", err)
 	}
 	b := mustNew(t, Config{Specs: []Spec{{wire.Snowflake, "etl", 10000, 4}}, Snowflakes: gen})
-	runBatches(t, b)
+	testutil.Run(t, "Batches.Run", b.Run)
 	s := waitStats(t, b, 0, "4 ready", func(s PoolStats) bool { return s.Ready == 4 })
 	// 4 batches of 10000 at 4096 per millisecond need 10 milliseconds (9 borrowed).
 	if s.Borrowed < 9*time.Millisecond || s.Borrowed > time.Second {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/service"
@@ -33,18 +34,7 @@ const (
 // startE2E starts everything for tb and stops it at cleanup (the service first).
 func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	tb.Cleanup(func() {
-		cancel()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			tb.Errorf("generator and pools did not stop within 10s")
-		}
-	})
+	ctx := testutil.Context(tb, time.Minute)
 	ns := testenv.StartNATS(tb)
 
 	store := segment.NewInmemStore()
@@ -59,8 +49,7 @@ func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
 	if err != nil {
 		tb.Fatalf("segment.New: %v", err)
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); segs.Run(ctx) }()
+	testutil.Run(tb, "segment generator", segs.Run)
 	select {
 	case <-segs.Ready():
 	case <-time.After(5 * time.Second):
@@ -70,12 +59,13 @@ func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
 	if err != nil {
 		tb.Fatalf("snowflake.New: %v", err)
 	}
-	batches, err := pools.New(pools.Config{Specs: specs, Segments: segs, Snowflakes: sfs})
+	poolCfg := pools.DefaultConfig()
+	poolCfg.Specs, poolCfg.Segments, poolCfg.Snowflakes = specs, segs, sfs
+	batches, err := pools.New(poolCfg)
 	if err != nil {
 		tb.Fatalf("pools.New: %v", err)
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); batches.Run(ctx) }()
+	testutil.Run(tb, "Batches.Run", batches.Run)
 
 	cfg := service.DefaultConfig()
 	cfg.Segments, cfg.Snowflakes, cfg.Batches = segs, sfs, batches

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -20,7 +21,7 @@ func TestFetchNoPool(t *testing.T) {
 		t.Fatalf("Fetch without a stream: %v, want client.ErrNoPool", err)
 	}
 	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: []Spec{{Kind: wire.Segment, Tag: "orders", Size: 10, Depth: 1}}, Segments: &countingSource{}})
-	runStream(t, s)
+	testutil.Run(t, "Stream.Run", s.Run)
 	waitCount(t, js, "leaf.pool.segment.orders", 1)
 	if _, err := client.Fetch(ctx, js, "leaf", wire.Segment, "other"); !errors.Is(err, client.ErrNoPool) {
 		t.Fatalf("Fetch of a pool without a consumer: %v, want client.ErrNoPool", err)
@@ -39,7 +40,7 @@ func BenchmarkConsumerNext(b *testing.B) {
 	ns := testenv.StartNATS(b)
 	js := newJS(b, ns)
 	s := mustNewStream(b, StreamConfig{JetStream: js, Specs: []Spec{{Kind: wire.Segment, Tag: "bench", Size: size, Depth: 16}}, Segments: &countingSource{}})
-	runStream(b, s)
+	testutil.Run(b, "Stream.Run", s.Run)
 	waitCount(b, js, "leaf.pool.segment.bench", 16)
 	c := mustConsumer(b, newJS(b, ns), wire.Segment, "bench")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -3,6 +3,7 @@ package pools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -46,38 +48,13 @@ func mustNewStream(tb testing.TB, cfg StreamConfig) *Stream {
 		cfg.Poll = 10 * time.Millisecond
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(tb)
+		cfg.Logger = testutil.Logger(tb)
 	}
 	s, err := newStream(cfg, time.Second)
 	if err != nil {
 		tb.Fatalf("newStream: %v", err)
 	}
 	return s
-}
-
-// runStream starts s.Run and stops it (waiting, bounded) at cleanup; the returned
-// function stops it earlier.
-func runStream(tb testing.TB, s *Stream) (stop func()) {
-	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					tb.Errorf("Stream.Run returned %v, want nil", err)
-				}
-			case <-time.After(10 * time.Second):
-				tb.Errorf("Stream.Run did not return within 10s of its context ending")
-			}
-		})
-	}
-	tb.Cleanup(stop)
-	return stop
 }
 
 // subjectCount reads how many messages the pool subject holds.
@@ -232,7 +209,7 @@ func TestStreamSetUp(t *testing.T) {
 	}
 	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: specs,
 		Segments: &countingSource{}, Snowflakes: snowflakeFake{&countingSource{next: 1 << 40}}})
-	runStream(t, s)
+	testutil.Run(t, "Stream.Run", s.Run)
 	waitCount(t, js, "leaf.pool.segment.orders", 5)
 	waitCount(t, js, "leaf.pool.snowflake.events", 3)
 
@@ -361,7 +338,7 @@ func TestStreamTwoFeedersBounded(t *testing.T) {
 		if i == 1 {
 			s.cfg.Poll = 3 * time.Millisecond // out of step with the first
 		}
-		runStream(t, s)
+		testutil.Run(t, "Stream.Run", s.Run)
 		streams = append(streams, s)
 	}
 	js := newJS(t, ns)
@@ -455,24 +432,14 @@ func TestStreamETL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("segment.New: %v", err)
 		}
-		gctx, gcancel := context.WithCancel(context.Background())
-		gdone := make(chan struct{})
-		go func() { defer close(gdone); gen.Run(gctx) }()
-		t.Cleanup(func() {
-			gcancel()
-			select {
-			case <-gdone:
-			case <-time.After(10 * time.Second):
-				t.Errorf("segment generator %d did not stop within 10s", i)
-			}
-		})
+		testutil.Run(t, fmt.Sprintf("segment generator %d", i), gen.Run)
 		select {
 		case <-gen.Ready():
 		case <-time.After(5 * time.Second):
 			t.Fatalf("segment generator %d not ready within 5s", i)
 		}
 		// Registered after the generator's cleanup, so it stops first.
-		runStream(t, mustNewStream(t, StreamConfig{JetStream: newJS(t, ns), Specs: []Spec{spec}, Segments: gen}))
+		testutil.Run(t, "Stream.Run", mustNewStream(t, StreamConfig{JetStream: newJS(t, ns), Specs: []Spec{spec}, Segments: gen}).Run)
 	}
 
 	var (
@@ -631,7 +598,7 @@ func TestStreamReplicated(t *testing.T) {
 		s := mustNewStream(t, StreamConfig{JetStream: js, Specs: []Spec{spec}, Segments: &countingSource{next: start}, Replicas: 3,
 			// A new cluster may take a while to answer its first stream create: retry sooner.
 			PublishTimeout: time.Second})
-		runStream(t, s)
+		testutil.Run(t, "Stream.Run", s.Run)
 		streams = append(streams, s)
 	}
 	js, err := jetstream.New(cl.Nodes[2].Connect(t))
