@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/nats-io/nats.go"
 )
 
@@ -65,7 +66,7 @@ func firstID(url string, timeout time.Duration) error {
 			continue
 		}
 		for time.Now().Before(deadline) {
-			msg, err := nc.Request("leaf.segment."+sampleTag, nil, time.Second)
+			msg, err := nc.Request("leaf.segment."+dispenser.SampleTagName, nil, time.Second)
 			if err == nil && msg.Header.Get("Nats-Service-Error-Code") == "" {
 				if _, err := strconv.ParseInt(string(msg.Data), 10, 64); err == nil {
 					nc.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -79,31 +80,27 @@ func TestBinaryRefusesClockBehindRecord(t *testing.T) {
 func TestPeerSkewRefused(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	for _, node := range []string{"peer-a", "peer-b"} {
-		startDispenser(t, func(m *Main) {
-			m.Config.NATS = srv.URL()
-			m.Config.NodeID = node
+		startDispenser(t, func(c *testConfig) {
+			c.NATS = srv.URL()
+			c.NodeID = node
 		})
 	}
-	m := NewMain()
-	m.Stdout, m.Stderr = &syncBuffer{}, logWriter{t}
-	m.Config.NATS = srv.URL()
-	m.Config.NodeID = "skewed"
-	m.Config.DataDir = t.TempDir()
-	m.Clock = snowflake.NewFakeClock(time.Now().Add(10 * time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := m.Run(ctx)
+	err := startErr(t, func(c *testConfig) {
+		c.NATS = srv.URL()
+		c.NodeID = "skewed"
+		c.Clock = snowflake.NewFakeClock(time.Now().Add(10 * time.Second))
+	})
 	if !errors.Is(err, workerid.ErrPeerSkew) {
-		t.Fatalf("Run with a clock 10s off its peers = %v, want ErrPeerSkew", err)
+		t.Fatalf("start with a clock 10s off its peers = %v, want ErrPeerSkew", err)
 	}
 	if !strings.Contains(err.Error(), "2 peers") {
 		t.Errorf("refusal %q does not say how many peers answered", err)
 	}
 	// Within the allowed skew it starts.
-	startDispenser(t, func(m *Main) {
-		m.Config.NATS = srv.URL()
-		m.Config.NodeID = "slightly-off"
-		m.Clock = snowflake.NewFakeClock(time.Now().Add(time.Second))
+	startDispenser(t, func(c *testConfig) {
+		c.NATS = srv.URL()
+		c.NodeID = "slightly-off"
+		c.Clock = snowflake.NewFakeClock(time.Now().Add(time.Second))
 	})
 }
 
@@ -116,14 +113,14 @@ func TestPeerSkewRefused(t *testing.T) {
 func TestRestartWithClockSetBackNoRepeat(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	dataDir := t.TempDir()
-	configure := func(clock snowflake.Clock) func(*Main) {
-		return func(m *Main) {
-			m.Config.NATS = srv.URL()
-			m.Config.NodeID = "restarter"
-			m.Config.DataDir = dataDir
-			m.Config.WorkerRegistry = "static"
-			m.Config.WorkerID = 9
-			m.Clock = clock
+	configure := func(clock snowflake.Clock) func(*testConfig) {
+		return func(c *testConfig) {
+			c.NATS = srv.URL()
+			c.NodeID = "restarter"
+			c.DataDir = dataDir
+			c.WorkerRegistry = "static"
+			c.WorkerID = 9
+			c.Clock = clock
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -155,9 +152,9 @@ func TestRestartWithClockSetBackNoRepeat(t *testing.T) {
 	// --clock-wait-max it would refuse (TestBinaryRefusesClockBehindRecord); here it may
 	// wait that long.
 	clock := &offsetClock{offset: -2 * time.Second}
-	second := startDispenser(t, func(m *Main) {
-		configure(clock)(m)
-		m.Config.ClockWaitMax = 5 * time.Second
+	second := startDispenser(t, func(c *testConfig) {
+		configure(clock)(c)
+		c.ClockWaitMax = 5 * time.Second
 	})
 	if log := second.stderr.String(); !strings.Contains(log, "waiting") {
 		t.Errorf("restart with the clock behind its record did not log a wait:\n%s", log)
@@ -203,7 +200,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					ids := make([]int64, 100)
-					err := c.Fill(ctx, kind, sampleTag, ids)
+					err := c.Fill(ctx, kind, dispenser.SampleTagName, ids)
 					cancel()
 					if err != nil {
 						return // the process was killed

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -37,10 +38,10 @@ func TestClusterNodeLossNoDuplicate(t *testing.T) {
 	// random (nats.go shuffles the list), and the test could not say which node to stop.
 	var dispensers []*testDispenser
 	for i := range 2 {
-		dispensers = append(dispensers, startDispenser(t, func(m *Main) {
-			m.Config.NATS = nodes[i].URL()
-			m.Config.KVReplicas = 3
-			m.Config.NodeID = fmt.Sprintf("d%d", i+1)
+		dispensers = append(dispensers, startDispenser(t, func(c *testConfig) {
+			c.NATS = nodes[i].URL()
+			c.KVReplicas = 3
+			c.NodeID = fmt.Sprintf("d%d", i+1)
 		}))
 	}
 
@@ -105,7 +106,7 @@ func waitLog(tb testing.TB, d *testDispenser, s string, timeout time.Duration) {
 	for !strings.Contains(d.stderr.String(), s) {
 		select {
 		case <-deadline:
-			tb.Fatalf("dispenser %s: no %q in its log within %v", d.Config.NodeID, s, timeout)
+			tb.Fatalf("dispenser %s: no %q in its log within %v", d.cfg.NodeID, s, timeout)
 		case <-tick.C:
 		}
 	}
@@ -195,7 +196,7 @@ func startClusterLoad(tb testing.TB, conns []*nats.Conn) *clusterLoad {
 }
 
 func (l *clusterLoad) work(ctx context.Context, client *client.Client, c int, kind wire.Kind, rng *rand.Rand) {
-	tag := sampleTag
+	tag := dispenser.SampleTagName
 	if kind == wire.Snowflake {
 		tag = fmt.Sprintf("client%d", c)
 	}

@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/segment"
 )
 
@@ -648,7 +649,7 @@ func TestComposeMySQLInit(t *testing.T) {
 	for i := range min(len(cols), len(vals)) {
 		row[strings.Trim(cols[i], "`")] = vals[i]
 	}
-	for col, want := range map[string]string{"biz_tag": "'" + sampleTag + "'", "max_id": "1", "step": strconv.Itoa(sampleTagStep)} {
+	for col, want := range map[string]string{"biz_tag": "'" + dispenser.SampleTagName + "'", "max_id": "1", "step": strconv.Itoa(dispenser.SampleTagStep)} {
 		if row[col] != want {
 			t.Errorf("mysql-init.sql: sample row %s = %s, want %s", col, row[col], want)
 		}

@@ -6,91 +6,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
 	"strings"
-	"time"
 
-	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/pools"
-	"github.com/leafbus/leafbus/snowflake"
-	"github.com/leafbus/leafbus/wire"
-	"github.com/leafbus/leafbus/workerid"
 )
 
-// Config is everything an operator sets, by flag or by LEAFBUS_<NAME> environment
-// variable (PROTOCOL.md "Running a dispenser": those names are fixed).
+// Config is what `dispenser` reads from flags and LEAFBUS_<NAME> environment variables
+// (PROTOCOL.md "Running a dispenser": those names are fixed): the dispenser's
+// configuration, and how to log.
 type Config struct {
-	Listen  string // embedded NATS client address
-	DataDir string // embedded JetStream store, and the worker-ID cache file
-	Monitor string // embedded NATS HTTP monitoring address; "" = off
-	NATS    string // existing NATS servers; "" = embed one
-	Conn    client.ConnConfig
-
-	Prefix     string
-	NodeID     string
-	Advertise  string // ip:port this node registers under (ZooKeeper / MySQL registries)
-	KVReplicas int
-
-	SegmentStore     string // kv | mysql
-	MySQLDSN         string
-	MySQLCreateTable bool
-	SampleTag        bool // create leaf-segment-test when the store has no such tag
-
-	WorkerRegistry string // kv | zk | mysql | static
-	WorkerID       int64  // with static; -1 = not given
-	ZK             string
-	ZKName         string
-	ZKRecycle      bool
-	LeaseTTL       time.Duration
-
-	MaxBatch      int
-	Pools         pools.Specs
-	Epoch         int64 // snowflake epoch, Unix ms
-	DenseSequence bool
-
-	ClockWaitMax time.Duration
-	PeerSkewMax  time.Duration
-	ClockJumpMax time.Duration
-	BorrowMax    time.Duration
-
+	dispenser.Config
 	LogLevel  string
 	LogFormat string
 }
 
-// The heartbeat interval is Leaf's (3 s) and PROTOCOL.md's: not a flag, since the
-// start-up wait of a restarted node and the record's meaning depend on it.
-const heartbeatInterval = 3 * time.Second
-
-// sampleTag is Leaf's sample row, ready in the embedded default so that the first
-// request works.
-const (
-	sampleTag     = "leaf-segment-test"
-	sampleTagStep = 2000
-)
-
 func defaultConfig() Config {
-	return Config{
-		Listen:         "127.0.0.1:4222",
-		DataDir:        "./leafbus-data",
-		Prefix:         "leaf",
-		NodeID:         defaultNodeID(),
-		KVReplicas:     1,
-		SegmentStore:   "kv",
-		SampleTag:      true,
-		WorkerRegistry: "kv",
-		WorkerID:       -1,
-		ZKName:         "leafbus",
-		LeaseTTL:       30 * time.Second,
-		MaxBatch:       10000,
-		Epoch:          snowflake.DefaultLayout().Epoch,
-		PeerSkewMax:    5 * time.Second,
-		ClockJumpMax:   time.Hour,
-		BorrowMax:      time.Second,
-		LogLevel:       "info",
-		LogFormat:      "text",
-	}
+	return Config{Config: dispenser.DefaultConfig(), LogLevel: "info", LogFormat: "text"}
 }
 
 // flagSet declares every flag on c. The usage text says what each does and its
@@ -201,121 +133,17 @@ func envName(flagName string) string {
 	return "LEAFBUS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// Validate checks every setting and every cross-field rule before anything starts,
-// naming the flag, its value and what is allowed.
+// Validate checks the dispenser's configuration and the log flags, reporting every
+// mistake.
 func (c *Config) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if err := wire.CheckPrefix(c.Prefix); err != nil {
-		errs = append(errs, err)
-	}
-	if err := workerid.CheckNodeID(c.NodeID); err != nil {
-		add("--node-id: %w", err)
-	}
-	if c.NATS == "" {
-		if err := (dispenser.EmbeddedConfig{Listen: c.Listen, DataDir: c.DataDir, Monitor: c.Monitor}).Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	} else {
-		c.Conn.URLs = c.NATS
-		if err := c.Conn.Validate(); err != nil {
-			add("--nats: %w", err)
-		}
-	}
-	if c.DataDir == "" {
-		add("--data-dir is empty: the worker-ID cache file lives there")
-	}
-	if c.KVReplicas < 1 || c.KVReplicas > 5 {
-		add("--kv-replicas %d: want 1 to 5 (JetStream's limit)", c.KVReplicas)
-	}
-	switch c.SegmentStore {
-	case "kv":
-	case "mysql":
-		if c.MySQLDSN == "" {
-			add("--segment-store mysql needs --mysql-dsn")
-		}
-	default:
-		add("--segment-store %q: want kv or mysql", c.SegmentStore)
-	}
-	layout := c.layout()
-	if err := layout.Validate(); err != nil {
-		add("--epoch %d: %w", c.Epoch, err)
-	}
-	switch c.WorkerRegistry {
-	case "static":
-		if c.WorkerID < 0 || c.WorkerID > layout.MaxWorkerID() {
-			add("--worker-registry static needs --worker-id from 0 to %d, got %d", layout.MaxWorkerID(), c.WorkerID)
-		}
-	case "kv":
-	case "zk":
-		if c.ZK == "" {
-			add("--worker-registry zk needs --zk host:port[,host:port]")
-		}
-		if c.NATS != "" && c.Advertise == "" {
-			add("--worker-registry zk with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
-		}
-	case "mysql":
-		if c.MySQLDSN == "" {
-			add("--worker-registry mysql needs --mysql-dsn")
-		}
-		if c.NATS != "" && c.Advertise == "" {
-			add("--worker-registry mysql with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
-		}
-	default:
-		add("--worker-registry %q: want kv, zk, mysql or static", c.WorkerRegistry)
-	}
-	if c.WorkerID >= 0 && c.WorkerRegistry != "static" {
-		add("--worker-id %d is only used with --worker-registry static (got %s)", c.WorkerID, c.WorkerRegistry)
-	}
-	if c.ZKRecycle && c.WorkerRegistry != "zk" {
-		add("--zk-recycle is only used with --worker-registry zk (got %s)", c.WorkerRegistry)
-	}
-	if c.Advertise != "" {
-		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
-			add("--advertise %q: want ip:port: %w", c.Advertise, err)
-		}
-	}
-	if c.LeaseTTL < 4*heartbeatInterval {
-		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*heartbeatInterval)
-	}
-	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
-		add("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
-	}
-	for _, p := range c.Pools {
-		if p.Size > c.MaxBatch {
-			add("--pool %s: batch size %d is over --max-batch %d", p, p.Size, c.MaxBatch)
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--clock-wait-max", c.ClockWaitMax}, {"--peer-skew-max", c.PeerSkewMax}, {"--clock-jump-max", c.ClockJumpMax}, {"--borrow-max", c.BorrowMax}} {
-		if d.v < 0 {
-			add("%s %v: want >= 0", d.name, d.v)
-		}
-	}
-	if c.PeerSkewMax == 0 {
-		add("--peer-skew-max 0: want > 0 (clocks are never exactly equal)")
-	}
-	if c.ClockJumpMax < time.Minute {
-		add("--clock-jump-max %v: want at least 1m (ordinary NTP corrections are far smaller)", c.ClockJumpMax)
-	}
-	if c.BorrowMax > time.Minute {
-		add("--borrow-max %v: want at most 1m (a restarted node waits this long past its record)", c.BorrowMax)
-	}
+	errs := []error{c.Config.Validate()}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		add("--log-format %q: want text or json", c.LogFormat)
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.LogFormat))
 	}
 	return errors.Join(errs...)
-}
-
-func (c *Config) layout() snowflake.Layout {
-	l := snowflake.DefaultLayout()
-	l.Epoch = c.Epoch
-	return l
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -333,41 +161,4 @@ func (c *Config) logger(w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// defaultNodeID is the host name with every character a node ID may not hold turned
-// into '-', cut to 64.
-func defaultNodeID() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "leafbus"
-	}
-	b := []byte(h)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			b[i] = '-'
-		}
-	}
-	return string(b[:min(len(b), 64)])
-}
-
-// advertiseAddr is --advertise, or the first non-loopback IPv4 with --listen's port.
-func (c *Config) advertiseAddr() (string, error) {
-	if c.Advertise != "" {
-		return c.Advertise, nil
-	}
-	_, port, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return "", fmt.Errorf("--listen %q: %w", c.Listen, err)
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return "", fmt.Errorf("list interface addresses for --advertise: %w", err)
-	}
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-			return net.JoinHostPort(ipn.IP.String(), port), nil
-		}
-	}
-	return "", errors.New("no non-loopback IPv4 address to advertise: give --advertise ip:port")
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -28,8 +30,8 @@ import (
 // IDs each (singles and batches of up to 100, segment and snowflake, text and binary);
 // every ID of a kind goes into one set.
 func TestConcurrentClientsNoDuplicate(t *testing.T) {
-	d := startDispenser(t, func(m *Main) {
-		m.Config.Pools = nil
+	d := startDispenser(t, func(c *testConfig) {
+		c.Pools = nil
 	})
 	const clients, perClient = 8, 50_000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -54,7 +56,7 @@ func TestConcurrentClientsNoDuplicate(t *testing.T) {
 				} else if len(ids) > 5000 {
 					n = min(50, perClient-len(ids)) // keep the test short under -race
 				}
-				tag := sampleTag
+				tag := dispenser.SampleTagName
 				if kind == wire.Snowflake {
 					tag = fmt.Sprintf("client%d", c)
 				}
@@ -114,7 +116,7 @@ func freePort(t testing.TB) int {
 type process struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	done   chan error
 }
 
@@ -134,7 +136,7 @@ func startBinary(t testing.TB, dataDir string, args ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &process{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	b := &process{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port), stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = b.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -180,7 +182,7 @@ func TestBinarySignalDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := nc.Request("leaf.segment."+sampleTag, nil, 5*time.Second); err != nil {
+	if _, err := nc.Request("leaf.segment."+dispenser.SampleTagName, nil, 5*time.Second); err != nil {
 		t.Fatalf("first request to the binary: %v", err)
 	}
 
@@ -197,7 +199,7 @@ func TestBinarySignalDrain(t *testing.T) {
 					return
 				default:
 				}
-				_, err := nc.Request("leaf.segment."+sampleTag, []byte("10"), 5*time.Second)
+				_, err := nc.Request("leaf.segment."+dispenser.SampleTagName, []byte("10"), 5*time.Second)
 				switch {
 				case err == nil:
 					answered.Store(fmt.Sprint(w, i), true)
@@ -248,9 +250,9 @@ func TestBinarySignalDrain(t *testing.T) {
 // pools did answer.
 func TestPoolsNoDuplicate(t *testing.T) {
 	const clients, perClient, size = 4, 20_000, 50
-	d := startDispenser(t, func(m *Main) {
-		for _, p := range []string{"segment:" + sampleTag + ":50:8", "snowflake:pooled:50:8"} {
-			if err := m.Config.Pools.Set(p); err != nil {
+	d := startDispenser(t, func(c *testConfig) {
+		for _, p := range []string{"segment:" + dispenser.SampleTagName + ":50:8", "snowflake:pooled:50:8"} {
+			if err := c.Pools.Set(p); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -262,7 +264,7 @@ func TestPoolsNoDuplicate(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for c := 0; c < clients; c++ {
-		kind, tag := wire.Segment, sampleTag
+		kind, tag := wire.Segment, dispenser.SampleTagName
 		if c%2 == 1 {
 			kind, tag = wire.Snowflake, "pooled"
 		}
@@ -318,7 +320,7 @@ func TestPoolsNoDuplicate(t *testing.T) {
 	for _, p := range []struct {
 		kind wire.Kind
 		tag  string
-	}{{wire.Segment, sampleTag}, {wire.Snowflake, "pooled"}} {
+	}{{wire.Segment, dispenser.SampleTagName}, {wire.Snowflake, "pooled"}} {
 		c, err := client.NewConsumer(ctx, js, "leaf", p.kind, p.tag)
 		if err != nil {
 			t.Fatalf("consumer of the %v pool: %v", p.kind, err)
@@ -365,7 +367,7 @@ func TestPoolsNoDuplicate(t *testing.T) {
 			taken[e.Name+":"+p.Tag] += p.Taken
 		}
 	}
-	for _, want := range []string{"segment:" + sampleTag, "snowflake:pooled"} {
+	for _, want := range []string{"segment:" + dispenser.SampleTagName, "snowflake:pooled"} {
 		if taken[want] == 0 {
 			t.Errorf("pool %s answered no request; stats: %s", want, msg.Data)
 		}

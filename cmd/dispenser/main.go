@@ -40,7 +40,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := m.ParseFlags(args); err != nil {
 		return exitCode(err, stderr)
 	}
-	return exitCode(m.Run(ctx), stderr)
+	err = m.Run(ctx)
+	_ = m.Close() // logged by Close
+	return exitCode(err, stderr)
 }
 
 func exitCode(err error, stderr io.Writer) int {

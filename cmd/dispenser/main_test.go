@@ -1,82 +1,61 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"io"
-	"strings"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
+	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/snowflake"
 	"github.com/nats-io/nats.go"
 )
 
-// syncBuffer is a bytes.Buffer that the dispenser writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// testConfig is what a test sets before a dispenser starts: what flags would fill, and
+// the clock.
+type testConfig struct {
+	dispenser.Config
+	Clock snowflake.Clock // nil: the system clock
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// logWriter sends the dispenser's log lines to t.Log: shown only when a test fails.
-type logWriter struct{ tb testing.TB }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.tb.Helper()
-	w.tb.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// testDispenser is a running Main for a test.
+// testDispenser is a running dispenser for a test, started through package dispenser
+// as cmd/dispenser starts it.
 type testDispenser struct {
-	*Main
-	stdout *syncBuffer
-	stderr *syncBuffer
-	stop   func() error // stops it and returns Run's result
+	*dispenser.Dispenser
+	cfg    dispenser.Config
+	stdout *testutil.SyncBuffer // the banner
+	stderr *testutil.SyncBuffer // the logs (also sent to t.Log)
+	stop   func() error         // stops it and returns Run's and Close's errors
 }
 
-// startDispenser runs the real code path on a random port in a temp dir; configure
-// adjusts the defaults (as flags would) before it starts. It is stopped at cleanup.
-func startDispenser(tb testing.TB, configure func(*Main)) *testDispenser {
+// startDispenser runs a dispenser on a random port in a temp dir; configure adjusts the
+// defaults (as flags would) before it starts. It is stopped at cleanup.
+func startDispenser(tb testing.TB, configure func(*testConfig)) *testDispenser {
 	tb.Helper()
-	m := NewMain()
-	d := &testDispenser{Main: m, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-	m.Stdout = d.stdout
-	m.Stderr = io.MultiWriter(d.stderr, logWriter{tb})
-	m.Getenv = func(string) string { return "" }
-	m.Config.Listen = "127.0.0.1:0"
-	m.Config.DataDir = tb.TempDir()
-	m.Config.NodeID = "test-node"
-	m.Config.LogLevel = "debug"
-	if configure != nil {
-		configure(m)
-	}
-	if err := m.Config.Validate(); err != nil {
-		tb.Fatalf("config: %v", err)
-	}
+	c := testDefaults(tb, configure)
+	d := &testDispenser{cfg: c.Config, stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
+	disp, err := newDispenser(ctx, tb, c, d.stdout, d.stderr)
+	if err != nil {
+		cancel()
+		tb.Fatalf("dispenser did not start: %v", err)
+	}
+	d.Dispenser = disp
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
+	go func() { done <- disp.Run(ctx) }()
 	var once sync.Once
 	var result error
 	d.stop = func() error {
 		once.Do(func() {
 			cancel()
 			select {
-			case result = <-done:
+			case err := <-done:
+				result = errors.Join(err, disp.Close())
 			case <-time.After(30 * time.Second):
 				tb.Errorf("dispenser did not stop within 30s")
 			}
@@ -85,17 +64,61 @@ func startDispenser(tb testing.TB, configure func(*Main)) *testDispenser {
 	}
 	tb.Cleanup(func() {
 		if err := d.stop(); err != nil {
-			tb.Errorf("dispenser Run: %v", err)
+			tb.Errorf("dispenser Run/Close: %v", err)
 		}
 	})
 	select {
-	case <-m.Ready():
+	case <-disp.Ready():
 	case err := <-done:
 		tb.Fatalf("dispenser stopped before it was ready: %v\nstderr:\n%s", err, d.stderr.String())
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("dispenser not ready within 30s")
 	}
 	return d
+}
+
+// startErr starts a dispenser that is expected to refuse to start, and returns why.
+// One that starts after all is closed again, and startErr returns nil.
+func startErr(tb testing.TB, configure func(*testConfig)) error {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := newDispenser(ctx, tb, testDefaults(tb, configure), io.Discard, io.Discard)
+	if err != nil {
+		return err
+	}
+	if err := d.Close(); err != nil {
+		tb.Errorf("Close: %v", err)
+	}
+	return nil
+}
+
+// testDefaults is the configuration of a test dispenser: its own embedded NATS on a
+// random port and a temp dir, then configure's changes, validated.
+func testDefaults(tb testing.TB, configure func(*testConfig)) *testConfig {
+	tb.Helper()
+	c := &testConfig{Config: dispenser.DefaultConfig()}
+	c.Listen = "127.0.0.1:0"
+	c.DataDir = tb.TempDir()
+	c.NodeID = "test-node"
+	if configure != nil {
+		configure(c)
+	}
+	if err := c.Validate(); err != nil {
+		tb.Fatalf("config: %v", err)
+	}
+	return c
+}
+
+// newDispenser builds a dispenser from c with its banner to stdout and its debug logs to
+// stderr and t.Log. ctx must last as long as the dispenser.
+func newDispenser(ctx context.Context, tb testing.TB, c *testConfig, stdout, stderr io.Writer) (*dispenser.Dispenser, error) {
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(stderr, testutil.LogWriter(tb)), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts := []dispenser.Option{dispenser.WithLogger(logger), dispenser.WithBanner(stdout)}
+	if c.Clock != nil {
+		opts = append(opts, dispenser.WithClock(c.Clock))
+	}
+	return dispenser.New(ctx, c.Config, opts...)
 }
 
 // connect opens a client connection to d, closed at cleanup.

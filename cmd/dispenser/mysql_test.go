@@ -49,13 +49,13 @@ func leafDB(tb testing.TB, dsn string, rows map[string]int) *sql.DB {
 // connection pool), embedding NATS when natsURL is empty and joining it otherwise.
 func startMySQLDispenser(tb testing.TB, dsn, natsURL, nodeID string) *testDispenser {
 	tb.Helper()
-	return startDispenser(tb, func(m *Main) {
-		m.Config.Pools = nil
-		m.Config.NodeID = nodeID
-		m.Config.NATS = natsURL
-		m.Config.SegmentStore = "mysql"
-		m.Config.MySQLDSN = dsn
-		m.Config.MySQLCreateTable = true
+	return startDispenser(tb, func(c *testConfig) {
+		c.Pools = nil
+		c.NodeID = nodeID
+		c.NATS = natsURL
+		c.SegmentStore = "mysql"
+		c.MySQLDSN = dsn
+		c.MySQLCreateTable = true
 	})
 }
 
@@ -431,11 +431,11 @@ func TestSchemaCommand(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('orders', 100)"); err != nil {
 		t.Fatal(err)
 	}
-	d := startDispenser(t, func(m *Main) {
-		m.Config.SegmentStore = "mysql"
-		m.Config.WorkerRegistry = "mysql"
-		m.Config.MySQLDSN = dsn
-		m.Config.Advertise = "127.0.0.1:4999"
+	d := startDispenser(t, func(c *testConfig) {
+		c.SegmentStore = "mysql"
+		c.WorkerRegistry = "mysql"
+		c.MySQLDSN = dsn
+		c.Advertise = "127.0.0.1:4999"
 	})
 	client := d.client(t)
 	if got, err := client.SegmentN(ctx, "orders", 2); err != nil || got[0] != 1 || got[1] != 2 {

@@ -18,14 +18,14 @@ import (
 
 // mysqlRegNode configures a dispenser that takes its worker ID from dsn's
 // leaf_workerid_alloc as advertise, with its own embedded NATS and data dir.
-func mysqlRegNode(dsn, node, advertise, dataDir string) func(*Main) {
-	return func(m *Main) {
-		m.Config.NodeID = node
-		m.Config.DataDir = dataDir
-		m.Config.WorkerRegistry = "mysql"
-		m.Config.MySQLDSN = dsn
-		m.Config.MySQLCreateTable = true
-		m.Config.Advertise = advertise
+func mysqlRegNode(dsn, node, advertise, dataDir string) func(*testConfig) {
+	return func(c *testConfig) {
+		c.NodeID = node
+		c.DataDir = dataDir
+		c.WorkerRegistry = "mysql"
+		c.MySQLDSN = dsn
+		c.MySQLCreateTable = true
+		c.Advertise = advertise
 	}
 }
 
@@ -91,16 +91,8 @@ func TestMySQLWorkerRegistry(t *testing.T) {
 	takeSnowflakes(t, b, seen, "b", 1000)
 
 	// A third process with b's identity must not run as b's worker ID.
-	m := NewMain()
-	m.Stdout, m.Stderr = &syncBuffer{}, logWriter{t}
-	m.Getenv = func(string) string { return "" }
-	m.Config.Listen = "127.0.0.1:0"
-	m.Config.LogLevel = "debug"
-	mysqlRegNode(dsn, "mysql-c", "127.0.0.1:7002", t.TempDir())(m)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = m.Run(ctx)
+	err = startErr(t, mysqlRegNode(dsn, "mysql-c", "127.0.0.1:7002", t.TempDir()))
 	if !errors.Is(err, workerid.ErrIdentityInUse) {
-		t.Fatalf("Run with b's --advertise while b runs = %v, want ErrIdentityInUse", err)
+		t.Fatalf("start with b's --advertise while b runs = %v, want ErrIdentityInUse", err)
 	}
 }

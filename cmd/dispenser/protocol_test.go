@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -102,7 +103,7 @@ func wantError(t *testing.T, reply *nats.Msg, code int, parts ...string) {
 func TestProtocolGettingIDs(t *testing.T) {
 	d := startDispenser(t, nil)
 	nc := d.connect(t)
-	seg := "leaf.segment." + sampleTag
+	seg := "leaf.segment." + dispenser.SampleTagName
 	bin := map[string]string{"Leaf-Encoding": "binary"}
 
 	tests := []struct {
@@ -162,7 +163,7 @@ func TestProtocolGettingIDs(t *testing.T) {
 func TestProtocolErrors(t *testing.T) {
 	d := startDispenser(t, nil)
 	nc := d.connect(t)
-	seg := "leaf.segment." + sampleTag
+	seg := "leaf.segment." + dispenser.SampleTagName
 	tests := []struct {
 		name    string
 		subject string
@@ -192,7 +193,7 @@ func TestProtocolErrors(t *testing.T) {
 		})
 	}
 	t.Run("NoResponders", func(t *testing.T) {
-		_, err := nc.Request("other.segment."+sampleTag, nil, 2*time.Second)
+		_, err := nc.Request("other.segment."+dispenser.SampleTagName, nil, 2*time.Second)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatalf("request with no dispenser: %v, want nats.ErrNoResponders", err)
 		}
@@ -204,7 +205,7 @@ func TestProtocolErrors(t *testing.T) {
 // and once the clock has passed the last timestamp issued, snowflake serves again.
 func TestProtocolUnavailable(t *testing.T) {
 	clock := snowflake.NewFakeClock(time.Now())
-	d := startDispenser(t, func(m *Main) { m.Clock = clock })
+	d := startDispenser(t, func(c *testConfig) { c.Clock = clock })
 	nc := d.connect(t)
 	before := wantIDs(t, request(t, nc, "leaf.snowflake.x", "", nil), 1, false)[0]
 
@@ -214,7 +215,7 @@ func TestProtocolUnavailable(t *testing.T) {
 	if desc := reply.Header.Get(micro.ErrorHeader); !strings.Contains(desc, "10s") && !strings.Contains(desc, "10000ms") {
 		t.Fatalf("503 description %q does not name the 10s offset", desc)
 	}
-	wantIDs(t, request(t, nc, "leaf.segment."+sampleTag, "", nil), 1, false)
+	wantIDs(t, request(t, nc, "leaf.segment."+dispenser.SampleTagName, "", nil), 1, false)
 
 	// The stats show the offset and the refusals.
 	var stats micro.Stats
@@ -248,9 +249,9 @@ func TestProtocolUnavailable(t *testing.T) {
 }
 
 func TestProtocolDecode(t *testing.T) {
-	d := startDispenser(t, func(m *Main) {
-		m.Config.WorkerRegistry = "static"
-		m.Config.WorkerID = 3
+	d := startDispenser(t, func(c *testConfig) {
+		c.WorkerRegistry = "static"
+		c.WorkerID = 3
 	})
 	nc := d.connect(t)
 	before := time.Now().UnixMilli()
@@ -323,7 +324,7 @@ func TestProtocolDiscovery(t *testing.T) {
 		}
 	}
 
-	request(t, nc, "leaf.segment."+sampleTag, "", nil)
+	request(t, nc, "leaf.segment."+dispenser.SampleTagName, "", nil)
 	statsMsg := request(t, nc, "$SRV.STATS.leaf", "", nil)
 	var stats micro.Stats
 	if err := json.Unmarshal(statsMsg.Data, &stats); err != nil {
@@ -427,7 +428,7 @@ func TestProtocolManagingTags(t *testing.T) {
 	for _, tg := range tags {
 		names = append(names, tg.Tag)
 	}
-	want := []string{"big", sampleTag, "orders", "plain"}
+	want := []string{"big", dispenser.SampleTagName, "orders", "plain"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("listed tags %v, want sorted %v", names, want)
 	}
@@ -441,7 +442,7 @@ func TestClientTypedErrors(t *testing.T) {
 	defer cancel()
 	for _, enc := range []wire.Encoding{wire.Text, wire.Binary} {
 		c := d.client(t, client.WithEncoding(enc))
-		id, err := c.Segment(ctx, sampleTag)
+		id, err := c.Segment(ctx, dispenser.SampleTagName)
 		if err != nil || id < 1 {
 			t.Fatalf("%v Segment = %d, %v", enc, id, err)
 		}
@@ -452,7 +453,7 @@ func TestClientTypedErrors(t *testing.T) {
 		if _, err := c.Segment(ctx, "missing"); !errors.Is(err, wire.ErrNotFound) {
 			t.Fatalf("%v Segment(missing) = %v, want ErrNotFound", enc, err)
 		}
-		if _, err := c.SegmentN(ctx, sampleTag, 10001); !errors.Is(err, wire.ErrBadRequest) {
+		if _, err := c.SegmentN(ctx, dispenser.SampleTagName, 10001); !errors.Is(err, wire.ErrBadRequest) {
 			t.Fatalf("%v SegmentN(10001) = %v, want ErrBadRequest", enc, err)
 		}
 		if _, err := c.Segment(ctx, "bad tag"); err == nil {
@@ -461,7 +462,7 @@ func TestClientTypedErrors(t *testing.T) {
 	}
 	c := d.client(t)
 	step := int64(10)
-	if _, err := c.AddTag(ctx, wire.AddTagRequest{Tag: sampleTag, Step: &step}); !errors.Is(err, wire.ErrConflict) {
+	if _, err := c.AddTag(ctx, wire.AddTagRequest{Tag: dispenser.SampleTagName, Step: &step}); !errors.Is(err, wire.ErrConflict) {
 		t.Fatalf("AddTag(existing) = %v, want ErrConflict", err)
 	}
 	if _, err := c.UpdateTag(ctx, wire.UpdateTagRequest{Tag: "missing", Step: &step}); !errors.Is(err, wire.ErrNotFound) {

@@ -16,14 +16,14 @@ import (
 
 // zkNode configures a dispenser that takes its worker ID from ZooKeeper under name as
 // advertise, with its own embedded NATS and data dir.
-func zkNode(servers, name, node, advertise, dataDir string) func(*Main) {
-	return func(m *Main) {
-		m.Config.NodeID = node
-		m.Config.DataDir = dataDir
-		m.Config.WorkerRegistry = "zk"
-		m.Config.ZK = servers
-		m.Config.ZKName = name
-		m.Config.Advertise = advertise
+func zkNode(servers, name, node, advertise, dataDir string) func(*testConfig) {
+	return func(c *testConfig) {
+		c.NodeID = node
+		c.DataDir = dataDir
+		c.WorkerRegistry = "zk"
+		c.ZK = servers
+		c.ZKName = name
+		c.Advertise = advertise
 	}
 }
 
@@ -131,10 +131,10 @@ func TestZKDownRestartFromCacheFile(t *testing.T) {
 func TestZKRecycleWorkerRegistry(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	name := strings.TrimPrefix(srv.NewRoot(t), "/") + "-recycle"
-	recycle := func(node, advertise string) func(*Main) {
-		return func(m *Main) {
-			zkNode(srv.Addr(), name, node, advertise, t.TempDir())(m)
-			m.Config.ZKRecycle = true
+	recycle := func(node, advertise string) func(*testConfig) {
+		return func(c *testConfig) {
+			zkNode(srv.Addr(), name, node, advertise, t.TempDir())(c)
+			c.ZKRecycle = true
 		}
 	}
 	seen := map[int64]string{}
