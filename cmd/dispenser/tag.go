@@ -9,6 +9,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -22,82 +23,104 @@ add and update print the tag as JSON; list prints a table (--json for JSON).
 Flags:
 `
 
-// runTag is `dispenser tag add|list|update`: a thin client of the admin subjects.
+// tagCommand is `dispenser tag add|list|update`: a thin client of the admin subjects.
+type tagCommand struct {
+	op                string
+	cf                clientFlags
+	name, description string
+	step, maxID       int64
+	asJSON            bool
+	given             map[string]bool // the flags on the command line
+}
+
 func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "list" && args[0] != "update") {
 		fmt.Fprint(stderr, tagUsage)
 		return &usageError{fmt.Errorf("tag: want add, list or update")}
 	}
-	op := args[0]
-	fs := newFlagSet("dispenser tag "+op, tagUsage, stderr)
-	var cf clientFlags
-	cf.register(fs)
-	var (
-		name, description string
-		step, maxID       int64
-		asJSON            bool
-	)
-	if op != "list" {
-		fs.StringVar(&name, "tag", "", "the tag (1-128 of A-Z a-z 0-9 _ -)")
-		fs.Int64Var(&step, "step", 0, "segment length (1 to 10000000)")
-		fs.StringVar(&description, "description", "", "what the IDs are for")
-	}
-	if op == "add" {
-		fs.Int64Var(&maxID, "max-id", 1, "where the first segment starts")
-	}
-	if op == "list" {
-		fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	}
-	if err := parseSubcommand(fs, args[1:], os.Getenv); err != nil {
+	c := &tagCommand{op: args[0]}
+	if err := c.parse(args[1:], stderr); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Errorf("tag %s: unexpected argument %q", op, fs.Arg(0))}
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-
-	nc, client, err := cf.connect()
+	nc, cl, err := c.cf.connect()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	switch op {
+	switch c.op {
 	case "add":
-		if !given["step"] {
-			return &usageError{fmt.Errorf("tag add: --step is required")}
-		}
-		r := wire.AddTagRequest{Tag: name, Step: &step, MaxID: &maxID}
-		if given["description"] {
-			r.Description = &description
-		}
-		t, err := client.AddTag(ctx, r)
-		if err != nil {
-			return err
-		}
-		return printJSON(stdout, t)
+		return c.add(ctx, cl, stdout)
 	case "update":
-		r := wire.UpdateTagRequest{Tag: name}
-		if given["step"] {
-			r.Step = &step
-		}
-		if given["description"] {
-			r.Description = &description
-		}
-		if r.Step == nil && r.Description == nil {
-			return &usageError{fmt.Errorf("tag update: give --step and/or --description")}
-		}
-		t, err := client.UpdateTag(ctx, r)
-		if err != nil {
-			return err
-		}
-		return printJSON(stdout, t)
+		return c.update(ctx, cl, stdout)
 	}
-	tags, err := client.Tags(ctx)
+	return c.list(ctx, cl, stdout)
+}
+
+// parse reads the flags of c.op and the environment.
+func (c *tagCommand) parse(args []string, stderr io.Writer) error {
+	fs := newFlagSet("dispenser tag "+c.op, tagUsage, stderr)
+	c.cf.register(fs)
+	if c.op != "list" {
+		fs.StringVar(&c.name, "tag", "", "the tag (1-128 of A-Z a-z 0-9 _ -)")
+		fs.Int64Var(&c.step, "step", 0, "segment length (1 to 10000000)")
+		fs.StringVar(&c.description, "description", "", "what the IDs are for")
+	}
+	if c.op == "add" {
+		fs.Int64Var(&c.maxID, "max-id", 1, "where the first segment starts")
+	}
+	if c.op == "list" {
+		fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of a table")
+	}
+	if err := parseSubcommand(fs, args, os.Getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Errorf("tag %s: unexpected argument %q", c.op, fs.Arg(0))}
+	}
+	c.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
+	return nil
+}
+
+func (c *tagCommand) add(ctx context.Context, cl *client.Client, stdout io.Writer) error {
+	if !c.given["step"] {
+		return &usageError{fmt.Errorf("tag add: --step is required")}
+	}
+	r := wire.AddTagRequest{Tag: c.name, Step: &c.step, MaxID: &c.maxID}
+	if c.given["description"] {
+		r.Description = &c.description
+	}
+	t, err := cl.AddTag(ctx, r)
 	if err != nil {
 		return err
 	}
-	if asJSON {
+	return printJSON(stdout, t)
+}
+
+func (c *tagCommand) update(ctx context.Context, cl *client.Client, stdout io.Writer) error {
+	r := wire.UpdateTagRequest{Tag: c.name}
+	if c.given["step"] {
+		r.Step = &c.step
+	}
+	if c.given["description"] {
+		r.Description = &c.description
+	}
+	if r.Step == nil && r.Description == nil {
+		return &usageError{fmt.Errorf("tag update: give --step and/or --description")}
+	}
+	t, err := cl.UpdateTag(ctx, r)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, t)
+}
+
+func (c *tagCommand) list(ctx context.Context, cl *client.Client, stdout io.Writer) error {
+	tags, err := cl.Tags(ctx)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
 		return printJSON(stdout, tags)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
