@@ -5,13 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/internal/backoff"
 )
 
 // ConnConfig says how to reach an existing NATS deployment: the servers and the
@@ -85,6 +86,12 @@ func (c ConnConfig) Validate() error {
 	return nil
 }
 
+// reconnectPolicy is the wait between reconnect attempts: 250 to 375 ms after the
+// first failure, doubling, 5 to 7.5 s at most: quick after a blip, gentle during an
+// outage. (A ceiling of 375 ms with a third of it random is 250 ms plus up to half
+// again.)
+var reconnectPolicy = backoff.Policy{Min: 375 * time.Millisecond, Max: 7500 * time.Millisecond, Jitter: 1.0 / 3}
+
 // Options turns the configuration into nats.go options. The connection retries forever
 // with back-off and jitter, and logs every state change, because a dispenser must outlive
 // a NATS server restart or the loss of a cluster node.
@@ -116,13 +123,9 @@ func (c ConnConfig) Options(logger *slog.Logger) ([]nats.Option, error) {
 		// may be fixed on the server); nats.go gives up after two refusals otherwise.
 		nats.IgnoreAuthErrorAbort(),
 		// With a custom delay nats.go ignores ReconnectWait and ReconnectJitter: the
-		// jitter is here, so that dispensers do not all retry in step after a restart.
-		nats.CustomReconnectDelay(func(attempts int) time.Duration {
-			// 250 ms, doubling, at most 5 s, plus up to half again at random: quick after
-			// a blip, gentle during an outage.
-			d := min(250*time.Millisecond<<min(max(attempts-1, 0), 5), 5*time.Second)
-			return d + rand.N(d/2)
-		}),
+		// jitter is in the policy, so that dispensers do not all retry in step after a
+		// restart.
+		nats.CustomReconnectDelay(reconnectPolicy.Delay),
 		nats.ConnectHandler(noteServer),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil { // nil: a deliberate Close, not news

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 // connBound bounds every connection attempt: a wrong credential must fail, not hang.
@@ -475,62 +475,6 @@ func TestConnValidate(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that nats.go's callback goroutine and the test may share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// line returns the first log line containing any of subs, or "".
-func (b *syncBuffer) line(subs ...string) string {
-	for _, l := range strings.Split(b.String(), "\n") {
-		for _, s := range subs {
-			if strings.Contains(l, s) {
-				return l
-			}
-		}
-	}
-	return ""
-}
-
-// count returns how many times s occurs in the log, case-insensitively.
-func (b *syncBuffer) count(s string) int {
-	return strings.Count(strings.ToLower(b.String()), strings.ToLower(s))
-}
-
-// waitLine waits, bounded, until the log holds a line containing any of subs and
-// returns it.
-func waitLine(tb testing.TB, b *syncBuffer, within time.Duration, subs ...string) string {
-	tb.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if l := b.line(subs...); l != "" {
-			return l
-		}
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			tb.Fatalf("no log line with %q within %v; log:\n%s", subs, within, b.String())
-			return ""
-		}
-	}
-}
-
 // restartOnPort starts a fresh server with opts on port, retrying while the previous
 // server's socket is still being released.
 func restartOnPort(tb testing.TB, opts server.Options, port int) *server.Server {
@@ -558,7 +502,7 @@ func TestConnReconnectLogged(t *testing.T) {
 	t.Parallel()
 	srv := startConnServer(t, &server.Options{})
 	port := srv.Addr().(*net.TCPAddr).Port
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 
 	nc, err := connectBounded(t, ConnConfig{URLs: serverURL(srv), Name: "conntest-reconnect"}, logger)
@@ -569,13 +513,13 @@ func TestConnReconnectLogged(t *testing.T) {
 
 	srv.Shutdown()
 	srv.WaitForShutdown()
-	down := waitLine(t, logs, 5*time.Second, "NATS disconnected")
+	down := logs.WaitLine(t, 5*time.Second, "NATS disconnected")
 	if !strings.Contains(down, "level=WARN") {
 		t.Errorf("disconnect logged as %q, want a warning", down)
 	}
 
 	restartOnPort(t, server.Options{}, port)
-	up := waitLine(t, logs, 10*time.Second, "NATS reconnected")
+	up := logs.WaitLine(t, 10*time.Second, "NATS reconnected")
 	// The error text may hold the address too, so look for the attribute itself.
 	named := "server=nats://127.0.0.1:" + strconv.Itoa(port)
 	if want := named; !strings.Contains(up, want) {
@@ -591,8 +535,8 @@ func TestConnReconnectLogged(t *testing.T) {
 	})
 
 	nc.Close()
-	waitLine(t, logs, 5*time.Second, "NATS connection closed")
-	if l := logs.line("NATS asynchronous error"); l != "" {
+	logs.WaitLine(t, 5*time.Second, "NATS connection closed")
+	if l := logs.Line("NATS asynchronous error"); l != "" {
 		t.Errorf("unexpected asynchronous error: %s", l)
 	}
 }
@@ -605,7 +549,7 @@ func TestConnSurvivesRejectingServer(t *testing.T) {
 	t.Parallel()
 	srv := startConnServer(t, &server.Options{Username: "leaf", Password: "s3cret"})
 	port := srv.Addr().(*net.TCPAddr).Port
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	nc, err := connectBounded(t, ConnConfig{URLs: serverURL(srv), User: "leaf", Password: "s3cret"}, logger)
 	if err != nil {
@@ -615,31 +559,44 @@ func TestConnSurvivesRejectingServer(t *testing.T) {
 
 	srv.Shutdown()
 	srv.WaitForShutdown()
-	waitLine(t, logs, 5*time.Second, "NATS disconnected")
+	logs.WaitLine(t, 5*time.Second, "NATS disconnected")
 
 	wrong := restartOnPort(t, server.Options{Username: "leaf", Password: "rotated"}, port)
 	// Two refusals in a row is when nats.go gives up by default.
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for logs.count("authorization violation") < 2 && logs.line("NATS connection closed") == "" {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("the rejecting server saw fewer than two attempts within 10s; log:\n%s", logs)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("connection log:\n%s", logs)
 		}
-	}
+	})
+	testutil.Eventually(t, 10*time.Second, "two refused attempts (or a closed connection)", func() bool {
+		return strings.Count(strings.ToLower(logs.String()), "authorization violation") >= 2 || logs.Line("NATS connection closed") != ""
+	})
 	wrong.Shutdown()
 	wrong.WaitForShutdown()
 
 	restartOnPort(t, server.Options{Username: "leaf", Password: "s3cret"}, port)
-	l := waitLine(t, logs, 10*time.Second, "NATS reconnected", "NATS connection closed")
-	if closed := logs.line("NATS connection closed"); closed != "" {
+	l := logs.WaitLine(t, 10*time.Second, "NATS reconnected", "NATS connection closed")
+	if closed := logs.Line("NATS connection closed"); closed != "" {
 		t.Fatalf("connection closed after auth errors instead of retrying: %s\nlog:\n%s", closed, logs)
 	}
 	if !strings.Contains(l, "NATS reconnected") {
 		t.Fatalf("want a reconnect, log:\n%s", logs)
 	}
 	roundTrip(t, nc)
+}
+
+// TestReconnectDelay: the reconnect delay is 250ms doubling to 5s, plus up to half
+// again at random, from the first attempt (nats.go may count from 0 or 1) on.
+func TestReconnectDelay(t *testing.T) {
+	for attempt := 0; attempt <= 12; attempt++ {
+		base := min(250*time.Millisecond<<max(attempt-1, 0), 5*time.Second)
+		lo, hi := time.Duration(1<<63-1), time.Duration(0)
+		for range 500 {
+			d := reconnectPolicy.Delay(attempt)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo < base || hi > base*3/2 {
+			t.Errorf("Delay(%d) ranged over [%v, %v], want within [%v, %v]", attempt, lo, hi, base, base*3/2)
+		}
+	}
 }
