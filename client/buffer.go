@@ -4,57 +4,63 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/wire"
 )
 
 // ErrBufferClosed is returned by Buffer.Next once the buffer is closed.
 var ErrBufferClosed = errors.New("leafbus: buffer closed")
 
-// BufferOptions shape a Buffer. The zero value means the defaults.
+// BufferOptions shape a Buffer. Start from DefaultBufferOptions and change what you
+// need; Client.Buffer validates them.
 type BufferOptions struct {
-	// Batch is how many IDs one background request asks for (default 1000). Matching a
-	// dispenser's pool size (--pool kind:tag:<size>:depth) gets pre-filled replies.
+	// Batch is how many IDs one background request asks for, 1 to wire.MaxBatchLimit
+	// (default 1000). Matching a dispenser's pool size (--pool kind:tag:<size>:depth)
+	// gets pre-filled replies.
 	Batch int
-	// Batches bounds the buffer: it never holds more than Batches*Batch IDs (default 2).
+	// Batches bounds the buffer: it never holds more than Batches*Batch IDs, which may
+	// be at most wire.MaxBatchLimit (default 2).
 	Batches int
-	// LowWater is the level under which the buffer fetches another batch (default Batch:
-	// fetch when less than one batch is left). 1 to (Batches-1)*Batch+1, so that a
-	// fetch always fits under the bound.
+	// LowWater is the level under which the buffer fetches another batch: 1 to
+	// (Batches-1)*Batch+1, so that a fetch always fits under the bound. 0 (the default)
+	// means Batch, fetching when less than one batch is left, and follows Batch when
+	// you change it.
 	LowWater int
-	// RetryMax caps the back-off between failed fetches (default 2s; the first retry
-	// waits 50ms, doubling).
+	// RetryMax caps the back-off between failed fetches; > 0 (default 2s). The first
+	// retry waits 25 to 50ms, doubling.
 	RetryMax time.Duration
 }
 
-func (o *BufferOptions) setDefaults() error {
-	if o.Batch == 0 {
-		o.Batch = 1000
-	}
-	if o.Batches == 0 {
-		o.Batches = 2
-	}
-	if o.LowWater == 0 {
-		o.LowWater = o.Batch
-	}
-	if o.RetryMax == 0 {
-		o.RetryMax = 2 * time.Second
-	}
+// DefaultBufferOptions returns a buffer of two batches of 1000 IDs that fetches when
+// less than one batch is left.
+func DefaultBufferOptions() BufferOptions {
+	return BufferOptions{Batch: 1000, Batches: 2, RetryMax: 2 * time.Second}
+}
+
+// Validate reports the first option out of range, naming the field, its value and the
+// bound (and the options the bound depends on).
+func (o BufferOptions) Validate() error {
 	switch {
 	case o.Batch < 1 || o.Batch > wire.MaxBatchLimit:
-		return fmt.Errorf("buffer batch %d: want 1 to %d", o.Batch, wire.MaxBatchLimit)
+		return fmt.Errorf("leafbus: buffer: Batch %d must be between 1 and %d", o.Batch, wire.MaxBatchLimit)
 	case o.Batches < 1 || o.Batches > wire.MaxBatchLimit/o.Batch:
-		return fmt.Errorf("buffer batches %d: want 1 to %d with batch %d (at most %d IDs held)", o.Batches, wire.MaxBatchLimit/o.Batch, o.Batch, wire.MaxBatchLimit)
-	case o.LowWater < 1 || o.LowWater > (o.Batches-1)*o.Batch+1:
-		return fmt.Errorf("buffer low water %d: want 1 to %d with batch %d and batches %d", o.LowWater, (o.Batches-1)*o.Batch+1, o.Batch, o.Batches)
-	case o.RetryMax < 0:
-		return fmt.Errorf("buffer retry max %v: want > 0", o.RetryMax)
+		return fmt.Errorf("leafbus: buffer: Batches %d must be between 1 and %d with Batch %d (at most %d IDs held)",
+			o.Batches, wire.MaxBatchLimit/o.Batch, o.Batch, wire.MaxBatchLimit)
+	case o.LowWater < 0 || o.LowWater > (o.Batches-1)*o.Batch+1:
+		return fmt.Errorf("leafbus: buffer: LowWater %d must be 0 (one batch) or between 1 and %d with Batch %d and Batches %d",
+			o.LowWater, (o.Batches-1)*o.Batch+1, o.Batch, o.Batches)
+	case o.RetryMax <= 0:
+		return fmt.Errorf("leafbus: buffer: RetryMax %v must be > 0", o.RetryMax)
 	}
 	return nil
 }
+
+// fetchRetryMin is the floor of a buffer's back-off between failed fetches; its cap is
+// BufferOptions.RetryMax (a RetryMax below it makes every wait RetryMax).
+const fetchRetryMin = 50 * time.Millisecond
 
 // Buffer keeps IDs of one kind and tag in the client's memory, as Didi's Tinyid client
 // does, so that Next is an in-memory operation: one goroutine, owned by the Buffer and
@@ -97,8 +103,11 @@ func (c *Client) Buffer(kind wire.Kind, tag string, opts BufferOptions) (*Buffer
 	if kind != wire.Segment && kind != wire.Snowflake {
 		return nil, fmt.Errorf("buffer kind %d: want wire.Segment or wire.Snowflake", kind)
 	}
-	if err := opts.setDefaults(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.LowWater == 0 {
+		opts.LowWater = opts.Batch
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Buffer{
@@ -192,8 +201,7 @@ func (b *Buffer) broadcast() {
 // low-water mark, backing off after failures, until ctx ends.
 func (b *Buffer) fetch(ctx context.Context) {
 	defer close(b.done)
-	const retryMin = 50 * time.Millisecond
-	retry := time.Duration(0)
+	bo := backoff.New(backoff.Policy{Min: fetchRetryMin, Max: b.opts.RetryMax, Jitter: 0.5})
 	for {
 		b.mu.Lock()
 		need := b.count < b.opts.LowWater
@@ -222,16 +230,11 @@ func (b *Buffer) fetch(ctx context.Context) {
 		b.broadcast()
 		b.mu.Unlock()
 		if err == nil {
-			retry = 0
+			bo.Reset()
 			continue
 		}
-		retry = min(max(2*retry, retryMin), b.opts.RetryMax)
-		t := time.NewTimer(retry/2 + rand.N(retry/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !bo.Wait(ctx) {
 			return
-		case <-t.C:
 		}
 	}
 }

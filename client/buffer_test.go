@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
@@ -24,9 +26,8 @@ import (
 func startBufferDispenser(tb testing.TB) *testenv.NATS {
 	tb.Helper()
 	ns := testenv.StartNATS(tb)
-	ctx, cancel := context.WithCancel(context.Background())
 	store := segment.NewInmemStore()
-	if _, err := store.AddTag(ctx, segment.Tag{Name: "orders", MaxID: 1, Step: 5000}); err != nil {
+	if _, err := store.AddTag(testutil.Context(tb, 10*time.Second), segment.Tag{Name: "orders", MaxID: 1, Step: 5000}); err != nil {
 		tb.Fatalf("AddTag: %v", err)
 	}
 	segCfg := segment.DefaultConfig()
@@ -35,16 +36,7 @@ func startBufferDispenser(tb testing.TB) *testenv.NATS {
 	if err != nil {
 		tb.Fatalf("segment.New: %v", err)
 	}
-	ran := make(chan struct{})
-	go func() { defer close(ran); segs.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case <-ran:
-		case <-time.After(10 * time.Second):
-			tb.Errorf("segment generator did not stop within 10s")
-		}
-	})
+	testutil.Run(tb, "segment generator", segs.Run)
 	select {
 	case <-segs.Ready():
 	case <-time.After(5 * time.Second):
@@ -83,6 +75,14 @@ func mustBuffer(tb testing.TB, c *client.Client, kind wire.Kind, tag string, opt
 	return b
 }
 
+// bufferOptions is DefaultBufferOptions with the batch size, the number of batches and
+// the low-water mark set.
+func bufferOptions(batch, batches, lowWater int) client.BufferOptions {
+	o := client.DefaultBufferOptions()
+	o.Batch, o.Batches, o.LowWater = batch, batches, lowWater
+	return o
+}
+
 // waitLen polls b.Len until ok, failing after 5s.
 func waitLen(tb testing.TB, b *client.Buffer, what string, ok func(int) bool) {
 	tb.Helper()
@@ -96,32 +96,45 @@ func waitLen(tb testing.TB, b *client.Buffer, what string, ok func(int) bool) {
 	}
 }
 
+// TestBufferOptions: the defaults are valid, and each refusal names the field, its
+// value and the bound.
 func TestBufferOptions(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	c := newBufferClient(t, ns.Connect(t))
 	tests := []struct {
 		name    string
 		kind    wire.Kind
-		opts    client.BufferOptions
-		wantErr bool
+		change  func(*client.BufferOptions)
+		wantErr string // "" for OK
 	}{
-		{"OK/Defaults", wire.Segment, client.BufferOptions{}, false},
-		{"OK/LowWaterAtBound", wire.Segment, client.BufferOptions{Batch: 10, Batches: 3, LowWater: 21}, false},
-		{"Err/LowWaterOverBound", wire.Segment, client.BufferOptions{Batch: 10, Batches: 3, LowWater: 22}, true},
-		{"Err/NegativeBatch", wire.Segment, client.BufferOptions{Batch: -1}, true},
-		{"Err/BatchOverLimit", wire.Segment, client.BufferOptions{Batch: wire.MaxBatchLimit + 1}, true},
-		{"Err/TooManyIDsHeld", wire.Segment, client.BufferOptions{Batch: 1000, Batches: 1001}, true},
-		{"Err/NegativeRetry", wire.Segment, client.BufferOptions{RetryMax: -time.Second}, true},
-		{"Err/Kind", wire.Kind(9), client.BufferOptions{}, true},
+		{"OK/Defaults", wire.Segment, func(o *client.BufferOptions) {}, ""},
+		{"OK/LowWaterAtBound", wire.Segment, func(o *client.BufferOptions) { *o = bufferOptions(10, 3, 21) }, ""},
+		{"OK/RetryMaxBelowFloor", wire.Segment, func(o *client.BufferOptions) { o.RetryMax = time.Millisecond }, ""},
+		{"Err/LowWaterOverBound", wire.Segment, func(o *client.BufferOptions) { *o = bufferOptions(10, 3, 22) },
+			"LowWater 22 must be 0 (one batch) or between 1 and 21 with Batch 10 and Batches 3"},
+		{"Err/ZeroBatch", wire.Segment, func(o *client.BufferOptions) { o.Batch = 0 }, "Batch 0 must be between 1 and 1000000"},
+		{"Err/BatchOverLimit", wire.Segment, func(o *client.BufferOptions) { o.Batch = wire.MaxBatchLimit + 1 }, "Batch 1000001 must be between 1 and 1000000"},
+		{"Err/TooManyIDsHeld", wire.Segment, func(o *client.BufferOptions) { o.Batches = 1001 },
+			"Batches 1001 must be between 1 and 1000 with Batch 1000 (at most 1000000 IDs held)"},
+		{"Err/ZeroRetry", wire.Segment, func(o *client.BufferOptions) { o.RetryMax = 0 }, "RetryMax 0s must be > 0"},
+		{"Err/Kind", wire.Kind(9), func(o *client.BufferOptions) {}, "buffer kind 9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := c.Buffer(tt.kind, "orders", tt.opts)
+			opts := client.DefaultBufferOptions()
+			tt.change(&opts)
+			b, err := c.Buffer(tt.kind, "orders", opts)
 			if b != nil {
 				b.Close()
 			}
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("Client.Buffer(%+v) error = %v, want error %v", tt.opts, err, tt.wantErr)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Client.Buffer(%+v) = %v, want nil", opts, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Client.Buffer(%+v) = %v, want an error saying %q", opts, err, tt.wantErr)
 			}
 		})
 	}
@@ -134,7 +147,7 @@ func TestBufferConcurrentNext(t *testing.T) {
 	c := newBufferClient(t, ns.Connect(t))
 	for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
 		t.Run(kind.String(), func(t *testing.T) {
-			b := mustBuffer(t, c, kind, "orders", client.BufferOptions{Batch: 100, Batches: 3})
+			b := mustBuffer(t, c, kind, "orders", bufferOptions(100, 3, 0))
 			const goroutines, each = 16, 1000
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
@@ -187,7 +200,7 @@ func TestBufferConcurrentNext(t *testing.T) {
 func TestBufferServesFromMemory(t *testing.T) {
 	ns := startBufferDispenser(t)
 	c := newBufferClient(t, ns.Connect(t), client.WithTimeout(time.Second))
-	b := mustBuffer(t, c, wire.Segment, "orders", client.BufferOptions{Batch: 50, Batches: 4, LowWater: 100})
+	b := mustBuffer(t, c, wire.Segment, "orders", bufferOptions(50, 4, 100))
 	// Once under 100 it fetches 50 at a time: it settles at 100..149 IDs, never 200.
 	waitLen(t, b, "the first fetches", func(n int) bool { return n >= 100 })
 	if n := b.Len(); n >= 150 {
@@ -244,7 +257,9 @@ func TestBufferErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustBuffer(t, tt.client, wire.Segment, tt.tag, client.BufferOptions{Batch: 10, RetryMax: 10 * time.Millisecond})
+			opts := bufferOptions(10, 2, 0)
+			opts.RetryMax = 10 * time.Millisecond
+			b := mustBuffer(t, tt.client, wire.Segment, tt.tag, opts)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err := b.Next(ctx)
@@ -278,7 +293,7 @@ func TestBufferClose(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	c := newBufferClient(t, ns.Connect(t), client.WithTimeout(time.Minute))
-	b, err := c.Buffer(wire.Segment, "slow", client.BufferOptions{})
+	b, err := c.Buffer(wire.Segment, "slow", client.DefaultBufferOptions())
 	if err != nil {
 		t.Fatalf("Client.Buffer: %v", err)
 	}
@@ -320,7 +335,7 @@ func TestBufferNextContext(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	c := newBufferClient(t, ns.Connect(t), client.WithTimeout(time.Minute))
-	b := mustBuffer(t, c, wire.Snowflake, "slow", client.BufferOptions{})
+	b := mustBuffer(t, c, wire.Snowflake, "slow", client.DefaultBufferOptions())
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, err := b.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -335,7 +350,7 @@ func BenchmarkBufferNext(b *testing.B) {
 	c := newBufferClient(b, ns.Connect(b))
 	for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
 		b.Run(kind.String(), func(b *testing.B) {
-			buf := mustBuffer(b, c, kind, "orders", client.BufferOptions{Batch: 1000, Batches: 4, LowWater: 2000})
+			buf := mustBuffer(b, c, kind, "orders", bufferOptions(1000, 4, 2000))
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
