@@ -141,24 +141,23 @@ func (d *Dispenser) newSegments(context.Context) (err error) {
 // and the JetStream stream that keeps the same pools for bulk (ETL) jobs.
 func (d *Dispenser) newPools(context.Context) (err error) {
 	cfg := d.cfg
-	d.batches, err = pools.New(pools.Config{
-		Specs:      cfg.Pools,
-		Segments:   d.segments,
-		Snowflakes: d.snowflakes,
-		Logger:     d.log.With("component", "pools"),
-	})
-	if err != nil {
+	batchCfg := pools.DefaultConfig()
+	batchCfg.Specs = cfg.Pools
+	batchCfg.Segments = d.segments
+	batchCfg.Snowflakes = d.snowflakes
+	batchCfg.Logger = d.log.With("component", "pools")
+	if d.batches, err = pools.New(batchCfg); err != nil {
 		return err
 	}
-	d.poolStream, err = pools.NewStream(pools.StreamConfig{
-		JetStream:  d.js,
-		Prefix:     cfg.Prefix,
-		Specs:      cfg.Pools,
-		Segments:   d.segments,
-		Snowflakes: d.snowflakes,
-		Replicas:   cfg.KVReplicas,
-		Logger:     d.log.With("component", "pool-stream"),
-	})
+	streamCfg := pools.DefaultStreamConfig()
+	streamCfg.JetStream = d.js
+	streamCfg.Prefix = cfg.Prefix
+	streamCfg.Specs = cfg.Pools
+	streamCfg.Segments = d.segments
+	streamCfg.Snowflakes = d.snowflakes
+	streamCfg.Replicas = cfg.KVReplicas
+	streamCfg.Logger = d.log.With("component", "pool-stream")
+	d.poolStream, err = pools.NewStream(streamCfg)
 	return err
 }
 
