@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -137,7 +138,7 @@ func TestNew(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g, err := snowflake.New(tt.cfg)
-			checkErr(t, "New()", err, tt.wantErr, tt.wantMsg)
+			testutil.CheckErr(t, "New()", err, tt.wantErr, tt.wantMsg)
 			if err != nil {
 				return
 			}
@@ -374,7 +375,7 @@ func TestClockBackwards(t *testing.T) {
 			clock.Add(-tt.back)
 			clock.onSleep = tt.onSleep
 			id, err := g.Next()
-			checkErr(t, "Next() after the step", err, tt.wantErr, tt.wantMsg)
+			testutil.CheckErr(t, "Next() after the step", err, tt.wantErr, tt.wantMsg)
 			if got := clock.Sleeps(); !slices.Equal(got, tt.wantSleeps) {
 				t.Errorf("slept %v, want %v", got, tt.wantSleeps)
 			}
@@ -410,10 +411,10 @@ func TestClockBackwardsRefusedUntilCaughtUp(t *testing.T) {
 	} {
 		clock.Add(step.add)
 		_, err := g.Next()
-		checkErr(t, "Next()", err, snowflake.ErrClockBackwards, step.wantMsg)
+		testutil.CheckErr(t, "Next()", err, snowflake.ErrClockBackwards, step.wantMsg)
 		ids := make([]int64, 3)
 		err = g.Fill(ids)
-		checkErr(t, "Fill()", err, snowflake.ErrClockBackwards, step.wantMsg)
+		testutil.CheckErr(t, "Fill()", err, snowflake.ErrClockBackwards, step.wantMsg)
 		if ids[0] != 0 || ids[2] != 0 {
 			t.Fatalf("Fill() left %v in dst on error, want zeros", ids)
 		}
@@ -471,13 +472,13 @@ func TestFloor(t *testing.T) {
 			}
 			id, err := g.Next()
 			if tt.wantTS == 0 {
-				checkErr(t, "Next()", err, snowflake.ErrClockBackwards, tt.wantMsg)
+				testutil.CheckErr(t, "Next()", err, snowflake.ErrClockBackwards, tt.wantMsg)
 				if g.Issued() != tt.floor || g.Stats().Refused != 1 {
 					t.Errorf("after refusing: Issued() = %d, Refused %d; want %d, 1", g.Issued(), g.Stats().Refused, tt.floor)
 				}
 				return
 			}
-			checkErr(t, "Next()", err, nil, "")
+			testutil.CheckErr(t, "Next()", err, nil, "")
 			d := decode(t, g.Layout(), id)
 			if d.Timestamp != tt.wantTS || d.ID <= 0 {
 				t.Errorf("Next() = %+v, want timestamp %d", d, tt.wantTS)
@@ -527,7 +528,7 @@ func TestCeiling(t *testing.T) {
 			g.SetCeiling(tt.ceiling)
 		}
 		_, err := g.Next()
-		checkErr(t, fmt.Sprintf("Next() at +%v with ceiling %d", tt.at, tt.ceiling), err, tt.wantErr, tt.wantMsg)
+		testutil.CheckErr(t, fmt.Sprintf("Next() at +%v with ceiling %d", tt.at, tt.ceiling), err, tt.wantErr, tt.wantMsg)
 	}
 	if s := g.Stats(); s.Refused != 2 || s.Issued != ms0+10 {
 		t.Errorf("Stats() = %+v, want Refused 2, Issued %d", s, ms0+10)
@@ -561,7 +562,7 @@ func TestFillAllOrNothing(t *testing.T) {
 	before := fill(t, g, 100)
 	ids := make([]int64, 10000)
 	err := g.Fill(ids)
-	checkErr(t, "Fill(10000)", err, snowflake.ErrCeiling, "")
+	testutil.CheckErr(t, "Fill(10000)", err, snowflake.ErrCeiling, "")
 	if i := slices.IndexFunc(ids, func(id int64) bool { return id != 0 }); i >= 0 {
 		t.Fatalf("Fill() failed but left ids[%d] = %d", i, ids[i])
 	}
@@ -604,13 +605,13 @@ func TestSuspend(t *testing.T) {
 			first := next(t, g)
 			g.Suspend(tt.reason)
 			_, err := g.Next()
-			checkErr(t, "Next() suspended", err, tt.wantIsTo, "")
-			checkErr(t, "Next() suspended", err, snowflake.ErrSuspended, "")
+			testutil.CheckErr(t, "Next() suspended", err, tt.wantIsTo, "")
+			testutil.CheckErr(t, "Next() suspended", err, snowflake.ErrSuspended, "")
 			if err.Error() != tt.wantMsg {
 				t.Errorf("Next() suspended: error %q, want %q", err, tt.wantMsg)
 			}
 			ids := make([]int64, 5)
-			checkErr(t, "Fill() suspended", g.Fill(ids), tt.wantIsTo, "")
+			testutil.CheckErr(t, "Fill() suspended", g.Fill(ids), tt.wantIsTo, "")
 			if s := g.Stats(); s.Refused != 2 {
 				t.Errorf("Stats().Refused = %d, want 2", s.Refused)
 			}
@@ -672,7 +673,7 @@ func TestInterruptedWait(t *testing.T) {
 			}
 			before := fill(t, g, 4096)
 			id, err := g.Next()
-			checkErr(t, "Next() interrupted", err, tt.wantErr, tt.wantMsg)
+			testutil.CheckErr(t, "Next() interrupted", err, tt.wantErr, tt.wantMsg)
 			if got := clock.Sleeps(); !slices.Equal(got, tt.wantSleeps) {
 				t.Errorf("slept %v, want %v", got, tt.wantSleeps)
 			}
@@ -700,7 +701,7 @@ func TestTimestampOverflow(t *testing.T) {
 			t.Errorf("last ID of the layout = %d, want %d", last, int64(1<<63-1))
 		}
 		_, err := g.Next()
-		checkErr(t, "Next() past the end", err, snowflake.ErrTimestampOverflow, "timestamp 1763792400002 is past the layout's last, 1763792400001")
+		testutil.CheckErr(t, "Next() past the end", err, snowflake.ErrTimestampOverflow, "timestamp 1763792400002 is past the layout's last, 1763792400001")
 		if len(clock.Sleeps()) != 0 {
 			t.Errorf("slept %v, want an immediate refusal", clock.Sleeps())
 		}
@@ -710,14 +711,14 @@ func TestTimestampOverflow(t *testing.T) {
 		g := newGen(t, snowflake.Config{Layout: end, Clock: clock, DenseSequence: true})
 		fill(t, g, 4096)
 		_, err := g.Next()
-		checkErr(t, "Next() past the end", err, snowflake.ErrTimestampOverflow, "")
+		testutil.CheckErr(t, "Next() past the end", err, snowflake.ErrTimestampOverflow, "")
 	})
 	for _, at := range []time.Duration{2 * time.Millisecond, time.Hour, 24 * 365 * time.Hour} {
 		t.Run(fmt.Sprintf("clockAt+%v", at), func(t *testing.T) {
 			clock := newRecClock(t0.Add(at))
 			g := newGen(t, snowflake.Config{Layout: end, Clock: clock})
 			id, err := g.Next()
-			checkErr(t, "Next() past the end", err, snowflake.ErrTimestampOverflow, "")
+			testutil.CheckErr(t, "Next() past the end", err, snowflake.ErrTimestampOverflow, "")
 			if id != 0 {
 				t.Errorf("Next() = %d with error, want 0", id)
 			}
@@ -732,7 +733,7 @@ func TestTimestampOverflow(t *testing.T) {
 		}
 		clock.Add(time.Millisecond)
 		_, err := g.Next()
-		checkErr(t, "Next() in 2080", err, snowflake.ErrTimestampOverflow, "2080-07-10T17:30:30.208Z")
+		testutil.CheckErr(t, "Next() in 2080", err, snowflake.ErrTimestampOverflow, "2080-07-10T17:30:30.208Z")
 	})
 }
 

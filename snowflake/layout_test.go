@@ -1,12 +1,11 @@
 package snowflake_test
 
 import (
-	"errors"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -34,7 +33,7 @@ func TestLayoutValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.layout.Validate()
-			checkErr(t, "Validate()", err, tt.wantErr, tt.wantMsg)
+			testutil.CheckErr(t, "Validate()", err, tt.wantErr, tt.wantMsg)
 		})
 	}
 }
@@ -108,7 +107,7 @@ func TestLayoutDecode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.layout.Decode(tt.id)
-			checkErr(t, "Decode()", err, tt.wantErr, "")
+			testutil.CheckErr(t, "Decode()", err, tt.wantErr, "")
 			if err == nil && got != tt.want {
 				t.Errorf("Decode(%d) = %+v, want %+v", tt.id, got, tt.want)
 			}
@@ -121,19 +120,5 @@ func TestDecodedTime(t *testing.T) {
 	got := d.Time()
 	if want := time.Date(2025, 11, 22, 5, 40, 0, 123e6, time.UTC); !got.Equal(want) || got.Location() != time.UTC {
 		t.Errorf("Time() = %v, want %v in UTC", got, want)
-	}
-}
-
-// checkErr fails tb unless err matches wantErr (nil: no error) and, when given, contains
-// wantMsg.
-func checkErr(tb testing.TB, call string, err, wantErr error, wantMsg string) {
-	tb.Helper()
-	switch {
-	case wantErr == nil && err != nil:
-		tb.Fatalf("%s: unexpected error %v", call, err)
-	case wantErr != nil && !errors.Is(err, wantErr):
-		tb.Fatalf("%s: error %v, want one wrapping %v", call, err, wantErr)
-	case wantMsg != "" && (err == nil || !strings.Contains(err.Error(), wantMsg)):
-		tb.Fatalf("%s: error %v, want a message containing %q", call, err, wantMsg)
 	}
 }

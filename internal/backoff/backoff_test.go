@@ -2,12 +2,13 @@ package backoff_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 const ms = time.Millisecond
@@ -138,16 +139,7 @@ func TestPolicyValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.policy.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("%+v.Validate() = %v, want nil", tt.policy, err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("%+v.Validate() = %v, want an error containing %q", tt.policy, err, tt.wantErr)
-			}
+			testutil.CheckErr(t, fmt.Sprintf("%+v.Validate()", tt.policy), tt.policy.Validate(), nil, tt.wantErr)
 		})
 	}
 }

@@ -150,3 +150,34 @@ func TestOffsetClock(t *testing.T) {
 		t.Errorf("Sleep(5ms) then Sleep(-1s) took %v, want at least 5ms", d)
 	}
 }
+
+func TestCheckErr(t *testing.T) {
+	errBoom := errors.New("boom")
+	wrapped := fmt.Errorf("Size 0 must be between 1 and 9: %w", errBoom)
+	tests := []struct {
+		name     string
+		err      error
+		wantErr  error
+		wantMsg  string
+		wantFail string // "" when CheckErr must pass
+	}{
+		{"OKNoError", nil, nil, "", ""},
+		{"OKSentinel", wrapped, errBoom, "", ""},
+		{"OKSentinelAndMessage", wrapped, errBoom, "Size 0", ""},
+		{"OKMessageOnly", wrapped, nil, "between 1 and 9", ""},
+		{"FailUnexpected", wrapped, nil, "", "call: unexpected error"},
+		{"FailMissingError", nil, errBoom, "", "call: error <nil>, want one wrapping boom"},
+		{"FailOtherSentinel", errors.New("other"), errBoom, "", "want one wrapping boom"},
+		{"FailMessage", wrapped, errBoom, "Size 1", `want a message containing "Size 1"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recordingTB{TB: t}
+			r.call(func(tb testing.TB) { testutil.CheckErr(tb, "call", tt.err, tt.wantErr, tt.wantMsg) })
+			got := r.failures()
+			if tt.wantFail == "" && got != "" || !strings.Contains(got, tt.wantFail) {
+				t.Errorf("CheckErr reported %q, want %q", got, tt.wantFail)
+			}
+		})
+	}
+}
