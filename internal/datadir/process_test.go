@@ -246,9 +246,13 @@ func TestSecondProcessRefused(t *testing.T) {
 
 	start := time.Now()
 	r := try(t, dir, "host-2")
-	if elapsed := time.Since(start); elapsed > time.Second {
-		t.Errorf("second process: exec to exit took %v, want < 1s", elapsed)
+	// The whole child (exec, runtime start, exit) is bounded loosely: under -race on a
+	// loaded CI machine it alone can take most of a second. The refusal itself is the
+	// issue's bound, checked below from the child's own clock.
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Errorf("second process: exec to exit took %v, want well under 10s", elapsed)
 	}
+	t.Logf("second process: exec to exit %v", time.Since(start))
 	if !r.InUse || r.Holder.PID != os.Getpid() || r.Holder.NodeID != "host-1" {
 		t.Fatalf("second process: %+v, want refused naming PID %d and node host-1", r, os.Getpid())
 	}
