@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Observer is told about every request a dispenser answers; the NATS service and the
@@ -71,6 +72,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	issued   *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	handler  http.Handler
 
 	// fast holds the children of the known label values, resolved once, so that
 	// Observe is a few atomic adds.
@@ -139,6 +141,11 @@ func New(cfg Config) (*Metrics, error) {
 		}
 	}
 	m.resolve()
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.ContinueOnError,
+		Registry:            m.reg, // promhttp_metric_handler_errors_total
+		MaxRequestsInFlight: 2,
+	})
 	return m, nil
 }
 
@@ -208,15 +215,10 @@ func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
 // Gatherer is the registry, for tests and for pushing elsewhere.
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
 
-// Handler serves the registry in the Prometheus text format (or OpenMetrics when asked).
-// A source that fails is reported in the scrape's error log and the rest still served.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorHandling:       promhttp.ContinueOnError,
-		Registry:            m.reg, // promhttp_metric_handler_errors_total
-		MaxRequestsInFlight: 2,
-	})
-}
+// Handler serves the registry in the Prometheus text format (or OpenMetrics when
+// asked), two scrapes at a time. A source that fails is reported in the scrape's error
+// counter and the rest still served.
+func (m *Metrics) Handler() http.Handler { return m.handler }
 
 func indexOf(list []string, s string) int {
 	for i, v := range list {
@@ -234,4 +236,40 @@ func indexOfCode(code int) int {
 		}
 	}
 	return -1
+}
+
+// Total is what one transport answered for one kind since start.
+type Total struct {
+	Transport, Kind string
+	Requests        uint64 // answered, errors included
+	Errors          uint64 // answered with an error code
+	IDs             uint64 // IDs handed out
+}
+
+// Totals reads the request counters of the known transports and kinds, for the status
+// page.
+func (m *Metrics) Totals() []Total {
+	var out []Total
+	for t, transport := range transports {
+		for k, kind := range kinds {
+			f := &m.fast[t][k]
+			total := Total{Transport: transport, Kind: kind, IDs: uint64(read(f.issued))}
+			for c, code := range codes {
+				n := uint64(read(f.codes[c]))
+				total.Requests += n
+				if code != 200 {
+					total.Errors += n
+				}
+			}
+			out = append(out, total)
+		}
+	}
+	return out
+}
+
+// read is a counter's value; Write cannot fail for a counter.
+func read(c prometheus.Counter) float64 {
+	var d dto.Metric
+	_ = c.Write(&d)
+	return d.GetCounter().GetValue()
 }

@@ -138,6 +138,21 @@ func TestCountersMoveWithTraffic(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+	want := map[string]metrics.Total{
+		"nats/segment":   {Transport: "nats", Kind: "segment", Requests: 3, IDs: 30},
+		"http/snowflake": {Transport: "http", Kind: "snowflake", Requests: 2, Errors: 1, IDs: 1},
+		"http/decode":    {Transport: "http", Kind: "decode", Requests: 1, Errors: 1},
+		"nats/decode":    {Transport: "nats", Kind: "decode"},
+	}
+	totals := m.Totals()
+	if len(totals) != 6 {
+		t.Errorf("Totals has %d rows, want 6 (2 transports x 3 kinds)", len(totals))
+	}
+	for _, got := range totals {
+		if w, ok := want[got.Transport+"/"+got.Kind]; ok && got != w {
+			t.Errorf("Totals: %+v, want %+v", got, w)
+		}
+	}
 	for _, fam := range []string{"go_goroutines", "process_cpu_seconds_total", "process_resident_memory_bytes"} {
 		if after[fam] == nil {
 			t.Errorf("no %s: the Go runtime and process collectors must be registered", fam)
@@ -313,7 +328,7 @@ func TestNamingConventions(t *testing.T) {
 	}
 	for _, f := range fams {
 		name := f.GetName()
-		if !strings.HasPrefix(name, "leafbus_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+		if !strings.HasPrefix(name, "leafbus_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && !strings.HasPrefix(name, "promhttp_") {
 			t.Errorf("metric %s: want the leafbus_ prefix", name)
 		}
 		if f.GetType() == dto.MetricType_COUNTER && !strings.HasSuffix(name, "_total") {
