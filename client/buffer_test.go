@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,15 +126,7 @@ func TestBufferOptions(t *testing.T) {
 			if b != nil {
 				b.Close()
 			}
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Client.Buffer(%+v) = %v, want nil", opts, err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Client.Buffer(%+v) = %v, want an error saying %q", opts, err, tt.wantErr)
-			}
+			testutil.CheckErr(t, fmt.Sprintf("Client.Buffer(%+v)", opts), err, nil, tt.wantErr)
 		})
 	}
 }

@@ -178,16 +178,11 @@ func TestConfigValidate(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Specs, cfg.Segments = []Spec{orders}, &countingSource{}
 			tt.change(&cfg)
-			err := cfg.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
+			var wantIs error
+			if tt.wantErr != "" {
+				wantIs = ErrInvalidPool
 			}
-			if !errors.Is(err, ErrInvalidPool) || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate() = %v, want ErrInvalidPool saying %q", err, tt.wantErr)
-			}
+			testutil.CheckErr(t, "Validate()", cfg.Validate(), wantIs, tt.wantErr)
 		})
 	}
 }

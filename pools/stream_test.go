@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -184,16 +183,11 @@ func TestStreamConfigValidate(t *testing.T) {
 			cfg := DefaultStreamConfig()
 			cfg.JetStream = js
 			tt.change(&cfg)
-			err := cfg.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
+			var wantIs error
+			if tt.wantErr != "" {
+				wantIs = ErrInvalidPool
 			}
-			if !errors.Is(err, ErrInvalidPool) || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate() = %v, want ErrInvalidPool saying %q", err, tt.wantErr)
-			}
+			testutil.CheckErr(t, "Validate()", cfg.Validate(), wantIs, tt.wantErr)
 		})
 	}
 }
