@@ -9,28 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
-	"github.com/leafbus/leafbus/workerid"
 )
-
-// kvTaker acquires a worker ID from the KV registry of srv as another node would.
-func kvTaker(t *testing.T, srv *testenv.NATS, prefix string) func(context.Context) (workerid.Lease, error) {
-	return func(ctx context.Context) (workerid.Lease, error) {
-		js, err := jetstream.New(srv.Connect(t))
-		if err != nil {
-			return nil, err
-		}
-		r, err := workerid.OpenKVRegistry(ctx, js, workerid.KVRegistryConfig{Prefix: prefix, NodeID: "next-taker", TTL: DefaultConfig().LeaseTTL})
-		if err != nil {
-			return nil, err
-		}
-		return r.Acquire(ctx)
-	}
-}
 
 // TestCloseWithoutRun: the service answers from the end of New, before Run; Close then
 // gives the worker ID back with the highest timestamp it issued, so the next holder of
@@ -60,7 +43,7 @@ func TestCloseWithoutRun(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	lease := wantFree(t, kvTaker(t, srv, cfg.Prefix), last.WorkerID)
+	lease := wantFree(t, nextTaker(t, otherNode(cfg)), last.WorkerID)
 	if lease.Recorded() < last.Timestamp {
 		t.Fatalf("the next holder of worker ID %d sees record %d, below the last timestamp issued (%d)", last.WorkerID, lease.Recorded(), last.Timestamp)
 	}
@@ -100,7 +83,7 @@ func TestRunStopsOnClose(t *testing.T) {
 	if !strings.HasPrefix(banner.String(), "leafbus is serving on "+srv.URL()+".") {
 		t.Errorf("banner %q", banner.String())
 	}
-	wantFree(t, kvTaker(t, srv, cfg.Prefix), 0)
+	wantFree(t, nextTaker(t, otherNode(cfg)), 0)
 	if err := d.Run(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run after Close = %v, want ErrClosed", err)
 	}

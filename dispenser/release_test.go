@@ -14,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // freeWithin bounds how long the next taker may wait for the worker ID: far below the
@@ -24,79 +27,77 @@ import (
 // for. The MySQL registry's identity lock waits 2 s before refusing.
 const freeWithin = 4 * time.Second
 
-// registryCase is a worker-ID registry kind: how a dispenser is configured to use it,
-// and how another taker acquires the worker ID that dispenser would hold.
+// registryCase is a worker-ID registry kind: how a dispenser is configured to use it
+// (setup starts the registry's server), and how the next taker of its worker ID is
+// configured, given the dispenser's configuration.
 type registryCase struct {
-	name string
-	// setup starts the registry's server and returns the configuration change and the
-	// second taker (whose lease is released at cleanup).
-	setup func(t *testing.T) (configure func(*Config), acquire func(ctx context.Context) (workerid.Lease, error))
+	name  string
+	setup func(t *testing.T) func(*Config)
+	taker func(Config) Config
 }
 
 func registryCases() []registryCase {
 	return []registryCase{
-		{"KV", setupKV},
-		{"ZK", func(t *testing.T) (func(*Config), func(context.Context) (workerid.Lease, error)) {
-			return setupZK(t, false)
-		}},
-		{"ZKRecycle", func(t *testing.T) (func(*Config), func(context.Context) (workerid.Lease, error)) {
-			return setupZK(t, true)
-		}},
-		{"MySQL", setupMySQL},
+		// The dispenser joins a NATS server of the test's own, so the leases bucket
+		// outlives it; the next taker is another node, which gets the lowest free ID.
+		{"KV", func(t *testing.T) func(*Config) {
+			srv := testenv.StartNATS(t)
+			return func(c *Config) { c.NATS = srv.URL() }
+		}, otherNode},
+		// In Leaf's layout the next taker is the same ip:port started again, which must
+		// not find the failed start's session still registered.
+		{"ZK", func(t *testing.T) func(*Config) { return zkSetup(t, false) }, sameNode},
+		// In recycle mode the next taker is another node, which gets the lowest free ID.
+		{"ZKRecycle", func(t *testing.T) func(*Config) { return zkSetup(t, true) }, otherNode},
+		// The next taker is the same ip:port started again, which must get the identity
+		// lock, and with it the same worker ID.
+		{"MySQL", func(t *testing.T) func(*Config) {
+			dsn := testenv.MariaDB(t).NewDatabase(t)
+			return func(c *Config) {
+				c.WorkerRegistry, c.MySQLDSN, c.MySQLCreateTable = "mysql", dsn, true
+				c.Advertise = "127.0.0.1:7103"
+			}
+		}, sameNode},
 	}
 }
 
-// setupKV: the dispenser joins a NATS server of the test's own, so the leases bucket
-// outlives it; the next taker is another node, which gets the lowest free ID.
-func setupKV(t *testing.T) (func(*Config), func(context.Context) (workerid.Lease, error)) {
-	srv := testenv.StartNATS(t)
-	return func(c *Config) { c.NATS = srv.URL() }, kvTaker(t, srv, DefaultConfig().Prefix)
-}
-
-// setupZK: in Leaf's layout the next taker is the same ip:port started again, which must
-// not find the failed start's session still registered; in recycle mode it is another
-// node, which gets the lowest free ID.
-func setupZK(t *testing.T, recycle bool) (func(*Config), func(context.Context) (workerid.Lease, error)) {
+func zkSetup(t *testing.T, recycle bool) func(*Config) {
 	srv := testenv.ZooKeeper(t)
 	name := strings.TrimPrefix(srv.NewRoot(t), "/")
-	configure := func(c *Config) {
+	return func(c *Config) {
 		c.WorkerRegistry, c.ZK, c.ZKName, c.ZKRecycle = "zk", srv.Addr(), name, recycle
 		c.Advertise = "127.0.0.1:7101"
 	}
-	acquire := func(ctx context.Context) (workerid.Lease, error) {
-		advertise := "127.0.0.1:7101"
-		if recycle {
-			advertise = "127.0.0.1:7102"
-		}
-		r, err := workerid.OpenZKRegistry(ctx, workerid.ZKRegistryConfig{
-			Servers: srv.Servers(), Name: name, Advertise: advertise, Recycle: recycle, TTL: DefaultConfig().LeaseTTL,
-		})
-		if err != nil {
-			return nil, err
-		}
-		t.Cleanup(r.Close)
-		return r.Acquire(ctx)
-	}
-	return configure, acquire
 }
 
-// setupMySQL: the next taker is the same ip:port started again, which must get the
-// identity lock (and with it the same worker ID).
-func setupMySQL(t *testing.T) (func(*Config), func(context.Context) (workerid.Lease, error)) {
-	dsn := testenv.MariaDB(t).NewDatabase(t)
-	configure := func(c *Config) {
-		c.WorkerRegistry, c.MySQLDSN, c.MySQLCreateTable = "mysql", dsn, true
-		c.Advertise = "127.0.0.1:7103"
-	}
-	acquire := func(ctx context.Context) (workerid.Lease, error) {
-		r, err := workerid.OpenMySQLRegistry(ctx, workerid.MySQLRegistryConfig{DSN: dsn, Advertise: "127.0.0.1:7103"})
-		if err != nil {
+func sameNode(c Config) Config { return c }
+
+func otherNode(c Config) Config {
+	c.NodeID, c.Advertise = "next-taker", "127.0.0.1:7102"
+	return c
+}
+
+// nextTaker acquires a worker ID as a node configured with cfg would, through the
+// dispenser's own registry set-up; that registry is closed at cleanup.
+func nextTaker(t *testing.T, cfg Config) func(context.Context) (workerid.Lease, error) {
+	return func(ctx context.Context) (workerid.Lease, error) {
+		d := &Dispenser{cfg: cfg, log: testutil.Logger(t)}
+		t.Cleanup(func() { _ = d.Close() })
+		if cfg.NATS != "" {
+			nc, err := nats.Connect(cfg.NATS)
+			if err != nil {
+				return nil, err
+			}
+			d.onClose("NATS connection", func() error { nc.Close(); return nil })
+			if d.js, err = jetstream.New(nc); err != nil {
+				return nil, err
+			}
+		}
+		if err := d.openRegistry(ctx); err != nil {
 			return nil, err
 		}
-		t.Cleanup(r.Close)
-		return r.Acquire(ctx)
+		return d.registry.Acquire(ctx)
 	}
-	return configure, acquire
 }
 
 // TestFailedStartReleasesWorkerID: with each registry kind, a dispenser whose service
@@ -106,9 +107,8 @@ func setupMySQL(t *testing.T) (func(*Config), func(context.Context) (workerid.Le
 func TestFailedStartReleasesWorkerID(t *testing.T) {
 	for _, rc := range registryCases() {
 		t.Run(rc.name, func(t *testing.T) {
-			configure, acquire := rc.setup(t)
 			cfg := testConfig(t)
-			configure(&cfg)
+			rc.setup(t)(&cfg)
 			cfg.MaxBatch = wire.MaxBatchLimit // a text reply of 20 MB; max_payload is 1 MB
 			held := int64(-1)
 			_, err := newTest(t, cfg, withAfterStep(func(step string, d *Dispenser) error {
@@ -123,7 +123,7 @@ func TestFailedStartReleasesWorkerID(t *testing.T) {
 			if held < 0 {
 				t.Fatalf("the start failed before it acquired a worker ID: %v", err)
 			}
-			wantFree(t, acquire, held)
+			wantFree(t, nextTaker(t, rc.taker(cfg)), held)
 		})
 	}
 }
@@ -153,7 +153,7 @@ func TestFailedStartAtEveryStepReleasesWorkerID(t *testing.T) {
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("New failing at step %q = %v, want the injected error", failAt, err)
 			}
-			wantFree(t, kvTaker(t, srv, cfg.Prefix), 0)
+			wantFree(t, nextTaker(t, otherNode(cfg)), 0)
 		})
 	}
 }
