@@ -93,22 +93,7 @@ const (
 // stopped by Main, or dies with the binary.
 func MariaDB(tb testing.TB) *MariaDBServer {
 	tb.Helper()
-	env.mariaMu.Lock()
-	defer env.mariaMu.Unlock()
-	if env.mariaShared == nil && env.mariaSharedErr == nil {
-		began := time.Now()
-		m, err := newMariaDB(debianMariaDBPaths(), true)
-		if err != nil {
-			env.mariaSharedErr = err
-		} else {
-			env.mariaShared = m
-			tb.Logf("testenv: shared MariaDB on %s ready in %v", m.Addr(), time.Since(began).Round(time.Millisecond))
-		}
-	}
-	if env.mariaSharedErr != nil {
-		tb.Fatalf("testenv: start shared MariaDB: %v", env.mariaSharedErr)
-	}
-	return env.mariaShared
+	return env.maria.get(tb, "MariaDB", func() (*MariaDBServer, error) { return newMariaDB(debianMariaDBPaths(), true) })
 }
 
 // StartMariaDB starts a private server for tb, stopped and removed at tb's cleanup.
@@ -119,18 +104,13 @@ func StartMariaDB(tb testing.TB) *MariaDBServer {
 
 func startMariaDB(tb testing.TB, paths mariaDBPaths) *MariaDBServer {
 	tb.Helper()
-	began := time.Now()
-	m, err := newMariaDB(paths, false)
-	if err != nil {
-		tb.Fatalf("testenv: start MariaDB: %v", err)
-	}
-	m.tb = tb
-	tb.Cleanup(func() {
-		m.halt()
-		os.RemoveAll(m.dir)
+	return startPrivate(tb, "MariaDB", func() (*MariaDBServer, error) {
+		m, err := newMariaDB(paths, false)
+		if err == nil {
+			m.tb = tb
+		}
+		return m, err
 	})
-	tb.Logf("testenv: MariaDB on %s ready in %v", m.Addr(), time.Since(began).Round(time.Millisecond))
-	return m
 }
 
 func newMariaDB(paths mariaDBPaths, shared bool) (*MariaDBServer, error) {
@@ -459,6 +439,9 @@ func (m *MariaDBServer) mustBePrivate(op string) {
 		panic("testenv: " + op + " on the shared MariaDB server; use StartMariaDB for a server a test may stop")
 	}
 }
+
+// removeDir removes the server's directory (data, socket, log); it must be halted.
+func (m *MariaDBServer) removeDir() { os.RemoveAll(m.dir) }
 
 // halt stops the server whether shared or not.
 func (m *MariaDBServer) halt() error {

@@ -131,22 +131,7 @@ func zkConfig(dataDir string, clientPort int, peers []string) string {
 // tests. It is stopped by Main, or dies with the binary.
 func ZooKeeper(tb testing.TB) *ZooKeeperServer {
 	tb.Helper()
-	env.zkMu.Lock()
-	defer env.zkMu.Unlock()
-	if env.zkShared == nil && env.zkSharedErr == nil {
-		began := time.Now()
-		z, err := newZooKeeper(debianZooKeeperPaths(), true)
-		if err != nil {
-			env.zkSharedErr = err
-		} else {
-			env.zkShared = z
-			tb.Logf("testenv: shared ZooKeeper on %s ready in %v", z.Addr(), time.Since(began).Round(time.Millisecond))
-		}
-	}
-	if env.zkSharedErr != nil {
-		tb.Fatalf("testenv: start shared ZooKeeper: %v", env.zkSharedErr)
-	}
-	return env.zkShared
+	return env.zk.get(tb, "ZooKeeper", func() (*ZooKeeperServer, error) { return newZooKeeper(debianZooKeeperPaths(), true) })
 }
 
 // StartZooKeeper starts a private standalone server for tb, stopped and removed at tb's
@@ -158,18 +143,13 @@ func StartZooKeeper(tb testing.TB) *ZooKeeperServer {
 
 func startZooKeeper(tb testing.TB, paths zooKeeperPaths) *ZooKeeperServer {
 	tb.Helper()
-	began := time.Now()
-	z, err := newZooKeeper(paths, false)
-	if err != nil {
-		tb.Fatalf("testenv: start ZooKeeper: %v", err)
-	}
-	z.tb = tb
-	tb.Cleanup(func() {
-		z.halt()
-		os.RemoveAll(z.dir)
+	return startPrivate(tb, "ZooKeeper", func() (*ZooKeeperServer, error) {
+		z, err := newZooKeeper(paths, false)
+		if err == nil {
+			z.tb = tb
+		}
+		return z, err
 	})
-	tb.Logf("testenv: ZooKeeper on %s ready in %v", z.Addr(), time.Since(began).Round(time.Millisecond))
-	return z
 }
 
 func newZooKeeper(paths zooKeeperPaths, shared bool) (*ZooKeeperServer, error) {
@@ -555,6 +535,9 @@ func (z *ZooKeeperServer) mustBePrivate(op string) {
 		panic("testenv: " + op + " on the shared ZooKeeper server; use StartZooKeeper for a server a test may stop")
 	}
 }
+
+// removeDir removes the server's directory (data, config, log); it must be halted.
+func (z *ZooKeeperServer) removeDir() { os.RemoveAll(z.dir) }
 
 // halt stops the server whether shared or not.
 func (z *ZooKeeperServer) halt() error {
