@@ -1,0 +1,266 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/service"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// SegmentSource hands out segment IDs (segment.Generator): TryFill without waiting or
+// I/O (ok=false: not in memory yet), Fill waiting for the store until ctx ends.
+type SegmentSource interface {
+	TryFill(tag string, dst []int64) (ok bool, err error)
+	Fill(ctx context.Context, tag string, dst []int64) error
+}
+
+// SnowflakeSource hands out snowflake IDs (snowflake.Generator).
+type SnowflakeSource interface {
+	Fill(dst []int64) error
+}
+
+// Batches hands out ready-made replies (pools.Batches); ok=false when it has none of
+// that shape.
+type Batches interface {
+	Take(kind wire.Kind, tag string, n int, enc wire.Encoding) (reply []byte, ok bool)
+}
+
+// Content types as Leaf's Spring Boot sends them.
+const (
+	contentText = "text/plain;charset=UTF-8"
+	contentJSON = "application/json;charset=UTF-8"
+)
+
+// maxFormBytes bounds a POST body read for form parameters (Leaf's @RequestParam reads
+// them from the body too).
+const maxFormBytes = 64 << 10
+
+// leaf serves every path that is not this project's own: Leaf's mappings, which answer
+// any method like GET (HEAD without the body), as @RequestMapping with no method does.
+func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
+	segs, trailing, err := leafPath(r.URL.EscapedPath())
+	if err != nil {
+		code, desc := service.CodeOf(err)
+		writeError(w, code, desc)
+		return
+	}
+	rt, key := leafRoute(segs, trailing)
+	if rt == routeNone {
+		writeError(w, http.StatusNotFound, "no such path: "+oneLine(r.URL.Path))
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	case http.MethodOptions:
+		// Spring 4.3 answers OPTIONS itself for a mapping with no method.
+		w.Header().Set("Allow", "GET,HEAD,POST,PUT,PATCH,DELETE,OPTIONS")
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed", oneLine(r.Method)))
+		return
+	}
+	switch rt {
+	case routeSegment:
+		s.serveIDs(w, r, wire.Segment, key)
+	case routeSnowflake:
+		s.serveIDs(w, r, wire.Snowflake, key)
+	case routeDecode:
+		s.serveDecode(w, r)
+	case routeCache, routeDB:
+		http.Redirect(w, r, "/", http.StatusFound)
+	}
+}
+
+// serveIDs answers one ID as plain decimal, or ?count=N IDs one per line, with no
+// trailing newline: the NATS text reply, by the same rules.
+func (s *Server) serveIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag string) {
+	start := time.Now()
+	n, err := s.writeIDs(w, r, kind, tag)
+	code := http.StatusOK
+	if err != nil {
+		var desc string
+		code, desc = service.CodeOf(err)
+		if code == http.StatusInternalServerError {
+			s.log.Error("http: request failed", "kind", kind.String(), "tag", tag, "err", err)
+		}
+		writeError(w, code, desc)
+		n = 0
+	}
+	s.observe(kind.String(), code, start, n)
+}
+
+// writeIDs writes the IDs and returns how many, or the error to answer instead.
+func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag string) (int, error) {
+	if err := wire.CheckTag(tag); err != nil {
+		return 0, err
+	}
+	count, _, err := param(w, r, "count")
+	if err != nil {
+		return 0, err
+	}
+	n, err := wire.ParseCount([]byte(count), s.cfg.MaxBatch)
+	if err != nil {
+		return 0, err
+	}
+	if s.cfg.Batches != nil {
+		if reply, ok := s.cfg.Batches.Take(kind, tag, n, wire.Text); ok {
+			writeBody(w, contentText, reply)
+			return n, nil
+		}
+	}
+	ids := s.getIDs(n)
+	defer s.ids.Put(&ids)
+	if err := s.fill(r.Context(), kind, tag, ids); err != nil {
+		return 0, err
+	}
+	bp := s.getBuf(n * wire.MaxTextID)
+	b := wire.AppendIDs((*bp)[:0], ids, wire.Text)
+	writeBody(w, contentText, b)
+	*bp = b
+	s.bufs.Put(bp)
+	return n, nil
+}
+
+// fill takes the IDs as the NATS service does: snowflakes at once, segments from memory
+// or, when the tag's segment is being loaded, waiting at most WaitMax.
+func (s *Server) fill(ctx context.Context, kind wire.Kind, tag string, ids []int64) error {
+	if kind == wire.Snowflake {
+		if s.cfg.Snowflakes == nil {
+			return fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
+		}
+		return s.cfg.Snowflakes.Fill(ids)
+	}
+	if s.cfg.Segments == nil {
+		return fmt.Errorf("%w: segment IDs are not configured on this dispenser", wire.ErrUnavailable)
+	}
+	if ok, err := s.cfg.Segments.TryFill(tag, ids); err != nil || ok {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WaitMax)
+	defer cancel()
+	err := s.cfg.Segments.Fill(wctx, tag, ids)
+	if err != nil && wctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
+		err = fmt.Errorf("%w: no segment for %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
+	}
+	return err
+}
+
+// serveDecode answers Leaf's /decodeSnowflakeId JSON. Leaf builds it in a HashMap and
+// formats the time with SimpleDateFormat("yyyy-MM-dd HH:mm:ss.SSS") in the JVM's
+// default zone; the key order is PROTOCOL.md's.
+func (s *Server) serveDecode(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, err := s.decode(w, r)
+	code := http.StatusOK
+	if err != nil {
+		var desc string
+		code, desc = service.CodeOf(err)
+		writeError(w, code, desc)
+	} else {
+		writeBody(w, contentJSON, body)
+	}
+	s.observe(metrics.KindDecode, code, start, 0)
+}
+
+func (s *Server) decode(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	v, present, err := param(w, r, "snowflakeId")
+	if err != nil {
+		return nil, err
+	}
+	if !present {
+		return nil, wire.BadRequest("required parameter 'snowflakeId' is not present")
+	}
+	id, err := wire.ParseID([]byte(v))
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.cfg.Layout.Decode(id)
+	if err != nil {
+		return nil, err
+	}
+	return leafDecodeJSON(d.Timestamp, d.WorkerID, d.Sequence, s.cfg.Location), nil
+}
+
+// leafDecodeJSON is Leaf's answer: every value a JSON string, the time local to loc.
+func leafDecodeJSON(ms, worker, seq int64, loc *time.Location) []byte {
+	b := make([]byte, 0, 112)
+	b = append(b, `{"timestamp":"`...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, '(')
+	b = time.UnixMilli(ms).In(loc).AppendFormat(b, "2006-01-02 15:04:05.000")
+	b = append(b, `)","workerId":"`...)
+	b = strconv.AppendInt(b, worker, 10)
+	b = append(b, `","sequenceId":"`...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, `"}`...)
+}
+
+// param reads a request parameter as Spring's @RequestParam String does: from the query
+// and, for a POST form, the body; several values are joined with commas (which then
+// fail to parse, as in Leaf). present is false when the parameter is absent.
+func param(w http.ResponseWriter, r *http.Request, name string) (v string, present bool, err error) {
+	values := r.URL.Query()[name]
+	if r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if err := r.ParseForm(); err != nil {
+			return "", false, wire.BadRequest("form body: %v", err)
+		}
+		values = append(values, r.PostForm[name]...)
+	}
+	if len(values) == 0 {
+		return "", false, nil
+	}
+	return strings.Join(values, ","), true, nil
+}
+
+func (s *Server) observe(kind string, code int, start time.Time, n int) {
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Observe(metrics.HTTP, kind, code, time.Since(start).Seconds(), n)
+	}
+}
+
+func (s *Server) getIDs(n int) []int64 {
+	if p, ok := s.ids.Get().(*[]int64); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]int64, n, max(n, 16))
+}
+
+func (s *Server) getBuf(n int) *[]byte {
+	if p, ok := s.bufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return p
+	}
+	b := make([]byte, 0, max(n, 64))
+	return &b
+}
+
+// writeBody answers 200 with b; HEAD gets the same headers and no body.
+func writeBody(w http.ResponseWriter, contentType string, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b) //nolint:errcheck // the client went away: nothing to tell
+}
+
+// writeError answers code with one line of plain text saying why.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	http.Error(w, oneLine(msg), code)
+}
+
+// oneLine keeps a message on one line, whatever a wrapped error or a client put in it.
+func oneLine(s string) string {
+	if strings.ContainsAny(s, "\r\n") {
+		s = strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(s)
+	}
+	return s
+}

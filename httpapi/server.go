@@ -1,0 +1,372 @@
+// Package httpapi is the dispenser's HTTP face (PROTOCOL.md "HTTP"): Leaf's HTTP API as
+// a drop-in (/api/segment/get/{key}, /api/snowflake/get/{key}, /decodeSnowflakeId),
+// with ?count=N batches; Prometheus metrics; a server-rendered status page; and the
+// /healthz and /readyz probes. It serves from the same generators as the NATS service
+// and answers errors through the same table (service.CodeOf), so a rule is never
+// written twice.
+//
+// Like the NATS service it is a library the dispenser mounts: New takes the listen
+// address and a Config of small interfaces (the generators, the stats sources, the
+// readiness), Listen binds the address by the rule PROTOCOL.md sets for --http, and Run
+// serves until its context ends, then shuts down gracefully. The http.Server has
+// timeouts on every phase, a header size limit and a bound on requests in progress
+// (beyond it, 503 at once), so a slow or hostile client cannot hurt NATS serving.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// DefaultAddr is --http's default, Leaf's port on loopback.
+const DefaultAddr = "127.0.0.1:8080"
+
+// ErrDefaultTaken is wrapped by Listen when the default address (not set explicitly)
+// is already in use: several dispensers on one host. The dispenser logs it as a
+// warning and runs without HTTP.
+var ErrDefaultTaken = errors.New("the default HTTP address is in use; serving without HTTP (set --http to choose another)")
+
+// Config is what the HTTP face serves from. Zero durations and limits take the
+// defaults of DefaultConfig; nil sources leave their part out (a nil generator answers
+// 503, as in the NATS service).
+type Config struct {
+	Version  string           // shown on the status page
+	MaxBatch int              // largest ?count=, as --max-batch (10000)
+	Layout   snowflake.Layout // decodes snowflake IDs, as the NATS decode endpoint
+	// Location is the time zone of decodeSnowflakeId's time. Leaf formats it with a
+	// SimpleDateFormat that keeps the JVM's default zone, the host's local zone, so nil
+	// means time.Local, which Go reads from TZ and /etc/localtime the same way.
+	Location *time.Location
+	// WaitMax bounds how long a segment request waits for a segment being loaded (the
+	// NATS service's WaitMax).
+	WaitMax time.Duration
+
+	Segments   SegmentSource
+	Snowflakes SnowflakeSource
+	Batches    Batches // ready-made replies of pools; nil: none
+	Metrics    Metrics // /metrics and the request counters; nil: /metrics is 404
+
+	Readiness Readiness // /readyz; nil: never ready
+	// BeatMaxAge is how old the last clock record may be for /readyz (heartbeat fresh);
+	// ClockBehindMax how far the clock may read behind its highest reading (the step the
+	// snowflake generator waits out).
+	BeatMaxAge     time.Duration
+	ClockBehindMax time.Duration
+
+	Status Status // the status page's sources
+
+	// MaxInFlight bounds requests in progress; beyond it they are answered 503 at once
+	// (the probes excepted, so that an overloaded node is not also killed as dead).
+	MaxInFlight       int
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration // must exceed WaitMax: a waiting request still answers
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	ShutdownTimeout   time.Duration // how long Run waits for requests in progress at the end
+
+	Logger *slog.Logger
+	Now    func() time.Time // the clock of the status page and /readyz; nil: time.Now
+}
+
+// DefaultConfig is the protocol's defaults and limits that keep slow clients cheap.
+func DefaultConfig() Config {
+	return Config{
+		Version:           "1.0.0",
+		MaxBatch:          wire.DefaultMaxBatch,
+		Layout:            snowflake.DefaultLayout(),
+		WaitMax:           2 * time.Second,
+		BeatMaxAge:        10 * time.Second,
+		ClockBehindMax:    5 * time.Millisecond,
+		MaxInFlight:       256,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ShutdownTimeout:   5 * time.Second,
+		Status:            Status{Refresh: 5 * time.Second, MaxTags: 200, FetchTimeout: time.Second},
+	}
+}
+
+// Validate names the field, value and bound of the first bad setting.
+func (c Config) Validate() error {
+	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
+		return fmt.Errorf("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
+	}
+	if err := c.Layout.Validate(); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"WaitMax", c.WaitMax}, {"BeatMaxAge", c.BeatMaxAge}, {"ReadHeaderTimeout", c.ReadHeaderTimeout},
+		{"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},
+		{"ShutdownTimeout", c.ShutdownTimeout}, {"Status.Refresh", c.Status.Refresh},
+		{"Status.FetchTimeout", c.Status.FetchTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("http %s %v: want > 0", d.name, d.v)
+		}
+	}
+	if c.WriteTimeout <= c.WaitMax {
+		return fmt.Errorf("http WriteTimeout %v must exceed WaitMax %v, or a request waiting for a segment cannot answer", c.WriteTimeout, c.WaitMax)
+	}
+	if c.ClockBehindMax < 0 {
+		return fmt.Errorf("http ClockBehindMax %v: want >= 0", c.ClockBehindMax)
+	}
+	if c.MaxInFlight < 1 || c.MaxHeaderBytes < 1024 || c.Status.MaxTags < 1 {
+		return fmt.Errorf("http MaxInFlight %d, MaxHeaderBytes %d, Status.MaxTags %d: want >= 1, >= 1024, >= 1",
+			c.MaxInFlight, c.MaxHeaderBytes, c.Status.MaxTags)
+	}
+	return nil
+}
+
+// Metrics is what the HTTP face needs of package metrics (*metrics.Metrics).
+type Metrics interface {
+	metrics.Observer
+	Rejected(transport string)
+	Totals() []metrics.Total
+	Handler() http.Handler
+}
+
+var _ Metrics = (*metrics.Metrics)(nil)
+
+// Server is the HTTP face of one dispenser.
+type Server struct {
+	cfg      Config
+	addr     string
+	log      *slog.Logger
+	now      func() time.Time
+	started  time.Time
+	srv      *http.Server
+	inFlight chan struct{} // a slot per request in progress
+	status   *statusPage
+	draining atomic.Bool // set when Run's context ends: /readyz answers 503
+
+	mu sync.Mutex
+	ln net.Listener // set by Listen, taken by Run
+
+	ids  sync.Pool // *[]int64
+	bufs sync.Pool // *[]byte
+}
+
+// New checks cfg and returns a server for addr (host:port; port 0 picks one). Nothing is
+// bound until Listen or Run.
+func New(addr string, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, addr: addr, log: cfg.Logger, now: cfg.Now, inFlight: make(chan struct{}, cfg.MaxInFlight)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.cfg.Location == nil {
+		s.cfg.Location = time.Local
+	}
+	s.started = s.now()
+	page, err := newStatusPage()
+	if err != nil {
+		return nil, err
+	}
+	s.status = page
+	if err := s.registerInFlight(); err != nil {
+		return nil, err
+	}
+	s.srv = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// Listen binds addr for the HTTP face, by PROTOCOL.md's rule for --http. explicit says
+// whether the operator set the address (flag or LEAFBUS_HTTP) rather than taking the
+// default. When the address is not explicit and is already in use, the error wraps
+// ErrDefaultTaken and the dispenser warns and goes on without HTTP; any other failure,
+// and every failure of an explicit address, is a start-up error. An empty addr means
+// HTTP is off: nil listener, nil error.
+func Listen(addr string, explicit bool) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return ln, nil
+	case !explicit && errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("--http %s: %w: %w", addr, ErrDefaultTaken, err)
+	default:
+		return nil, fmt.Errorf("--http %s: %w", addr, err)
+	}
+}
+
+// Listen binds the server's address with the package's Listen; Run then serves on it.
+// Binding before Run lets the dispenser fail its start-up, or warn, before it serves.
+func (s *Server) Listen(explicit bool) error {
+	ln, err := Listen(s.addr, explicit)
+	if err != nil {
+		return err
+	}
+	if ln == nil {
+		return fmt.Errorf("http: no address to listen on")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		ln.Close()
+		return fmt.Errorf("http: already listening on %s", s.ln.Addr())
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the bound address (after Listen), e.g. for a port chosen by the system.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Run serves until ctx ends (binding the address first unless Listen did, as an
+// explicit address), then stops taking connections, marks the node not ready and waits
+// up to ShutdownTimeout for requests in progress before closing the rest. It returns
+// nil after a stop by ctx, or the error that ended serving.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := s.listener()
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil {
+		s.log.Warn("http: requests still in progress at shutdown, closing them", "err", err)
+		s.srv.Close()
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("http: serve on %s: %w", ln.Addr(), serr)
+	}
+	return nil
+}
+
+// listener is the listener Listen bound, or a new one on the address taken as explicit.
+func (s *Server) listener() (net.Listener, error) {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		return ln, nil
+	}
+	if err := s.Listen(true); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln, nil
+}
+
+// Handler is the whole HTTP face, bound to no listener: the route table behind the
+// in-flight bound. Run serves it; tests may mount it on httptest.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serveHTTP)
+}
+
+// serveHTTP routes: the probes first and unbounded, everything else within the bound.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		s.own(w, r, s.healthz)
+		return
+	case "/readyz":
+		s.own(w, r, s.readyz)
+		return
+	}
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	default:
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.Rejected(metrics.HTTP)
+		}
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d HTTP requests already in progress", cap(s.inFlight)))
+		return
+	}
+	switch r.URL.Path {
+	case "/":
+		s.own(w, r, s.statusHandler)
+	case "/metrics":
+		s.own(w, r, s.metrics)
+	default:
+		s.leaf(w, r)
+	}
+}
+
+// metrics serves the Prometheus registry.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Metrics == nil {
+		writeError(w, http.StatusNotFound, "metrics are not configured on this dispenser")
+		return
+	}
+	s.cfg.Metrics.Handler().ServeHTTP(w, r)
+}
+
+// own serves one of this project's own pages: GET and HEAD only.
+func (s *Server) own(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use GET or HEAD", r.Method, r.URL.Path))
+		return
+	}
+	h(w, r)
+}
+
+// registerInFlight adds leafbus_http_requests_in_flight to the metrics registry, when
+// the Metrics has one (*metrics.Metrics does).
+func (s *Server) registerInFlight() error {
+	r, ok := s.cfg.Metrics.(interface{ Registerer() prometheus.Registerer })
+	if !ok {
+		return nil
+	}
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "leafbus_http_requests_in_flight",
+		Help: "HTTP requests in progress (the probes excepted); at MaxInFlight, new ones are answered 503.",
+	}, func() float64 { return float64(len(s.inFlight)) })
+	if err := r.Registerer().Register(g); err != nil {
+		return fmt.Errorf("httpapi: register the in-flight gauge: %w", err)
+	}
+	return nil
+}

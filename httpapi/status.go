@@ -1,0 +1,241 @@
+package httpapi
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/segment"
+)
+
+// Status is what the status page shows, besides the server's own figures.
+type Status struct {
+	NodeID       string
+	Prefix       string // the subject prefix
+	NATS         string // the NATS URL the dispenser serves on
+	SegmentStore string // kv | mysql
+
+	// Sources are the same snapshots /metrics reads: segment tags, snowflake worker, pools.
+	Sources metrics.Sources
+	// Rows are the segment store's rows (Leaf's leaf_alloc with the MySQL store, as
+	// Leaf's /db page shows them); nil leaves the section out.
+	Rows TagRows
+	// Cluster returns every dispenser the $SRV discovery finds; nil leaves it out.
+	Cluster func(ctx context.Context) ([]Peer, error)
+
+	Refresh      time.Duration // the page reloads itself this often
+	MaxTags      int           // tags and rows shown; the busiest first
+	FetchTimeout time.Duration // bounds reading Rows and Cluster for one page
+}
+
+// TagRows reads the segment store's rows (segment.Store has it).
+type TagRows interface {
+	Tags(ctx context.Context) ([]segment.Tag, error)
+}
+
+// Peer is one dispenser found by discovery.
+type Peer struct {
+	NodeID   string
+	Version  string
+	WorkerID int64     // -1 when it did not say
+	Clock    time.Time // its clock when asked; zero when it did not answer
+	Error    string    // why it could not be asked, if so
+}
+
+//go:embed status.html
+var statusHTML string
+
+// statusPage renders the page; the template is parsed once.
+type statusPage struct {
+	tmpl *template.Template
+	bufs sync.Pool // *bytes.Buffer
+}
+
+func newStatusPage() (*statusPage, error) {
+	t, err := template.New("status").Funcs(template.FuncMap{
+		"ago":      func(d time.Duration) string { return d.Round(time.Second).String() },
+		"dur":      formatDuration,
+		"when":     func(t time.Time) string { return formatTime(t) },
+		"ms":       formatMs,
+		"since":    since,
+		"prepared": func(p metrics.Pool) int64 { return int64(p.Ready) * int64(p.Size) },
+	}).Parse(statusHTML)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: status page template: %w", err)
+	}
+	return &statusPage{tmpl: t}, nil
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// formatMs shows Unix milliseconds as a time; 0 (none yet) as a dash.
+func formatMs(ms int64) string {
+	if ms == 0 {
+		return "—"
+	}
+	return formatTime(time.UnixMilli(ms))
+}
+
+// since is how long ago t was, at now; a dash for never.
+func since(now, t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return now.Sub(t).Round(time.Second).String() + " ago"
+}
+
+func formatDuration(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	if d < time.Second {
+		return d.Round(time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// pageData is everything the template shows.
+type pageData struct {
+	Refresh  int
+	Now      time.Time
+	Node     Status
+	Version  string
+	Uptime   time.Duration
+	NotReady []string
+
+	Snowflake     *metrics.Snowflake
+	SnowflakeAge  time.Duration // since the last clock record
+	Totals        []metrics.Total
+	Issued        map[string]uint64 // IDs issued per kind, both transports
+	Tags          []metrics.SegmentTag
+	TagCount      int
+	MoreTags      int
+	Rows          []segment.Tag
+	RowCount      int
+	RowsErr       string
+	Pools         []metrics.Pool
+	Cluster       []peerView
+	ClusterErr    string
+	ShowRows      bool
+	ShowCluster   bool
+	ShowSnowflake bool
+}
+
+type peerView struct {
+	Peer
+	Self  bool
+	Skew  time.Duration // its clock minus ours, when it answered
+	Known bool          // Clock is set
+}
+
+// statusHandler renders the page from fresh snapshots.
+func (s *Server) statusHandler(w http.ResponseWriter, r *http.Request) {
+	d := s.pageData(r.Context())
+	buf, _ := s.status.bufs.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
+	defer s.status.bufs.Put(buf)
+	if err := s.status.tmpl.Execute(buf, d); err != nil {
+		s.log.Error("http: render the status page", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(buf.Bytes()) //nolint:errcheck // the client went away
+}
+
+// pageData reads every source; the store rows and the cluster, which cross the
+// network, are read at once and within FetchTimeout.
+func (s *Server) pageData(ctx context.Context) pageData {
+	st := s.cfg.Status
+	now := s.now()
+	d := pageData{
+		Refresh: int(st.Refresh.Round(time.Second) / time.Second), Now: now, Node: st,
+		Version: s.cfg.Version, Uptime: now.Sub(s.started), NotReady: s.notReady(),
+		ShowRows: st.Rows != nil, ShowCluster: st.Cluster != nil,
+	}
+	d.Refresh = max(d.Refresh, 1)
+	fctx, cancel := context.WithTimeout(ctx, st.FetchTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	if st.Rows != nil {
+		wg.Go(func() { d.Rows, d.RowCount, d.RowsErr = s.rows(fctx) })
+	}
+	if st.Cluster != nil {
+		wg.Go(func() { d.Cluster, d.ClusterErr = s.cluster(fctx, now) })
+	}
+	if s.cfg.Metrics != nil {
+		d.Totals = s.cfg.Metrics.Totals()
+		d.Issued = map[string]uint64{}
+		for _, t := range d.Totals {
+			if t.Kind != metrics.KindDecode {
+				d.Issued[t.Kind] += t.IDs
+			}
+		}
+	}
+	if src := st.Sources.Snowflake; src != nil {
+		if sf, ok := src(); ok {
+			d.Snowflake, d.ShowSnowflake = &sf, true
+			if !sf.LastRecord.IsZero() {
+				d.SnowflakeAge = now.Sub(sf.LastRecord)
+			}
+		}
+	}
+	if src := st.Sources.SegmentTags; src != nil {
+		all := src()
+		top, rest := metrics.Busiest(all, st.MaxTags)
+		slices.SortFunc(top, func(a, b metrics.SegmentTag) int { return cmp.Compare(a.Tag, b.Tag) })
+		d.Tags, d.TagCount, d.MoreTags = top, len(all), len(rest)
+	}
+	if src := st.Sources.Pools; src != nil {
+		d.Pools = src()
+	}
+	wg.Wait()
+	return d
+}
+
+func (s *Server) rows(ctx context.Context) ([]segment.Tag, int, string) {
+	rows, err := s.cfg.Status.Rows.Tags(ctx)
+	if err != nil {
+		return nil, 0, oneLine(err.Error())
+	}
+	slices.SortFunc(rows, func(a, b segment.Tag) int { return cmp.Compare(a.Name, b.Name) })
+	return rows[:min(len(rows), s.cfg.Status.MaxTags)], len(rows), ""
+}
+
+func (s *Server) cluster(ctx context.Context, now time.Time) ([]peerView, string) {
+	peers, err := s.cfg.Status.Cluster(ctx)
+	views := make([]peerView, 0, len(peers))
+	for _, p := range peers {
+		v := peerView{Peer: p, Self: p.NodeID == s.cfg.Status.NodeID, Known: !p.Clock.IsZero()}
+		if v.Known {
+			v.Skew = p.Clock.Sub(now)
+		}
+		views = append(views, v)
+	}
+	slices.SortFunc(views, func(a, b peerView) int { return cmp.Compare(a.NodeID, b.NodeID) })
+	if err != nil {
+		return views, oneLine(err.Error())
+	}
+	return views, ""
+}
