@@ -18,7 +18,7 @@ import (
 	"github.com/leafbus/leafbus/workerid"
 )
 
-// ErrClosed is returned by Run after Close, and by a second Run.
+// ErrClosed is returned by Run when Close was called first.
 var ErrClosed = errors.New("dispenser closed")
 
 // releaseTimeout bounds giving the worker ID back when a start fails.
