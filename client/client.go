@@ -223,11 +223,24 @@ func (c *Client) callWith(ctx context.Context, request func(context.Context, *na
 	return nil
 }
 
-// requestHedged is request for calls that may be answered twice (IDs, decode): while
-// ctx allows, a request not answered within the hedge delay is sent again, so that a
-// paused or hung member of the queue group costs its callers milliseconds, not their
-// whole timeout. A request that reached no dispenser at all (no responders) or that a
-// dispenser answered, even with an error, is not sent again.
+// Hedging limits: at most maxCopies copies of one request wait at once, and the pause
+// between copies doubles from the hedge delay up to maxHedgeGap. A dispenser that holds
+// requests while its store is down (up to 2 s) so gets a handful of copies, not dozens,
+// while a hung member of the queue group is still left behind within a few copies.
+const (
+	maxCopies   = 16
+	maxHedgeGap = 500 * time.Millisecond
+)
+
+// requestHedged is request for calls that may be answered twice (IDs, decode). The
+// request first goes out alone, waiting at most the hedge delay: the path of nearly
+// every call, with no goroutine. If nothing came back by then, the dispenser it reached
+// is paused, hung or still waiting for a segment, so copies go out at growing intervals
+// (see maxCopies), each waiting for the rest of ctx, and the first answer
+// of any copy is the answer: IDs, or an error such as a 503 from a dispenser that could
+// not load a segment in time. The first, abandoned copy's late answer is dropped: a gap
+// in the IDs, never a duplicate. A request that reached no dispenser (no responders)
+// is not sent again.
 func (c *Client) requestHedged(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 	if c.hedge <= 0 {
 		return c.request(ctx, msg)
@@ -237,14 +250,52 @@ func (c *Client) requestHedged(ctx context.Context, msg *nats.Msg) (*nats.Msg, e
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	for {
-		try, cancel := context.WithTimeout(ctx, c.hedge)
-		reply, err := c.request(try, msg)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return reply, err
-		}
+	try, cancel := context.WithTimeout(ctx, c.hedge)
+	reply, err := c.request(try, msg)
+	cancel()
+	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		return reply, err
+	}
+	return c.race(ctx, msg)
+}
+
+// race sends copies of msg at growing intervals and returns the first answer.
+func (c *Client) race(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the copies still waiting end, and their goroutines with them
+	type answer struct {
+		reply *nats.Msg
+		err   error
+	}
+	answers := make(chan answer, maxCopies) // never blocks a copy that lost the race
+	send := func() {
 		c.hedged.Add(1)
+		go func() {
+			reply, err := c.request(ctx, msg)
+			answers <- answer{reply, err}
+		}()
+	}
+	send()
+	waiting, gap := 1, c.hedge
+	next := time.NewTimer(gap)
+	defer next.Stop()
+	for {
+		select {
+		case a := <-answers:
+			waiting--
+			if a.err == nil || !errors.Is(a.err, context.DeadlineExceeded) && !errors.Is(a.err, context.Canceled) || waiting == 0 && ctx.Err() != nil {
+				return a.reply, a.err
+			}
+		case <-next.C:
+			if waiting < maxCopies {
+				send()
+				waiting++
+			}
+			gap = min(2*gap, max(c.hedge, maxHedgeGap))
+			next.Reset(gap)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
@@ -290,8 +341,9 @@ func (c *Client) checkedRequest(ctx context.Context, msg *nats.Msg) (*nats.Msg, 
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	msg.Reply = inbox
-	if err := c.nc.PublishMsg(msg); err != nil {
+	out := *msg // hedged copies may share msg: each sends its own
+	out.Reply = inbox
+	if err := c.nc.PublishMsg(&out); err != nil {
 		return nil, err
 	}
 	if err := c.nc.FlushWithContext(ctx); err != nil {

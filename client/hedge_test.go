@@ -96,3 +96,35 @@ func TestHedgingNeverRepeatsAdmin(t *testing.T) {
 		t.Errorf("the admin request was sent %d times, want once", n)
 	}
 }
+
+// TestHedgingReturnsAHeldAnswer: a dispenser that holds requests while its store is down
+// and then answers 503 is answered with that 503, not with a timeout, however many
+// copies the hedging sent meanwhile.
+func TestHedgingReturnsAHeldAnswer(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	slow := ns.Connect(t)
+	if _, err := slow.QueueSubscribe("leaf.segment.*", "leaf", func(m *nats.Msg) {
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(wire.ServiceErrorCodeHeader, "503")
+			reply.Header.Set(wire.ServiceErrorHeader, "no segment within 300ms")
+			_ = slow.PublishMsg(reply)
+		}()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewClient(ns.Connect(t), client.WithHedge(20*time.Millisecond), client.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Segment(context.Background(), "orders")
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("Segment = %v after %v, want the dispenser's 503", err, time.Since(start))
+	}
+	t.Logf("503 after %v with %d copies", time.Since(start), c.Hedged())
+}
