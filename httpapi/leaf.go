@@ -46,13 +46,12 @@ const maxFormBytes = 64 << 10
 // leaf serves every path that is not this project's own: Leaf's mappings, which answer
 // any method like GET (HEAD without the body), as @RequestMapping with no method does.
 func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
-	segs, trailing, err := leafPath(r.URL.EscapedPath())
+	rt, key, err := leafMatch(r.URL.EscapedPath())
 	if err != nil {
 		code, desc := service.CodeOf(err)
 		writeError(w, code, desc)
 		return
 	}
-	rt, key := leafRoute(segs, trailing)
 	if rt == routeNone {
 		writeError(w, http.StatusNotFound, "no such path: "+oneLine(r.URL.Path))
 		return
@@ -208,7 +207,10 @@ func leafDecodeJSON(ms, worker, seq int64, loc *time.Location) []byte {
 // and, for a POST form, the body; several values are joined with commas (which then
 // fail to parse, as in Leaf). present is false when the parameter is absent.
 func param(w http.ResponseWriter, r *http.Request, name string) (v string, present bool, err error) {
-	values := r.URL.Query()[name]
+	var values []string
+	if r.URL.RawQuery != "" {
+		values = r.URL.Query()[name]
+	}
 	if r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 		if err := r.ParseForm(); err != nil {
@@ -243,11 +245,30 @@ func (s *Server) getBuf(n int) *[]byte {
 	return &b
 }
 
+// Header values shared by every answer (net/http only reads them), so that setting
+// them allocates nothing.
+var (
+	textHeader = []string{contentText}
+	jsonHeader = []string{contentJSON}
+	oneDigit   = [...][]string{{"0"}, {"1"}, {"2"}, {"3"}, {"4"}, {"5"}, {"6"}, {"7"}, {"8"}, {"9"}}
+)
+
 // writeBody answers 200 with b; HEAD gets the same headers and no body.
 func writeBody(w http.ResponseWriter, contentType string, b []byte) {
 	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
+	switch contentType {
+	case contentText:
+		h["Content-Type"] = textHeader
+	case contentJSON:
+		h["Content-Type"] = jsonHeader
+	default:
+		h.Set("Content-Type", contentType)
+	}
+	if len(b) < len(oneDigit) {
+		h["Content-Length"] = oneDigit[len(b)]
+	} else {
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	}
 	w.WriteHeader(http.StatusOK)
 	w.Write(b) //nolint:errcheck // the client went away: nothing to tell
 }

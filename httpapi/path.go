@@ -42,9 +42,22 @@ const (
 	routeDB
 )
 
+// leafMatch maps the escaped path of a request to a Leaf mapping and, for the ID paths,
+// the key; a path Tomcat refuses is a 400 error.
+func leafMatch(escaped string) (route, string, error) {
+	var buf [8]string // room for the usual paths, so that nothing escapes to the heap
+	segs, trailing, err := leafPath(escaped, buf[:0])
+	if err != nil {
+		return routeNone, "", err
+	}
+	rt, key := leafRoute(segs, trailing)
+	return rt, key, nil
+}
+
 // leafPath turns the escaped path of a request into the segments Tomcat and Spring
-// match on, and whether it ends with a slash; a path Tomcat refuses is a 400 error.
-func leafPath(escaped string) (segs []string, trailing bool, err error) {
+// match on, appended to segs, and whether it ends with a slash; a path Tomcat refuses
+// is a 400 error.
+func leafPath(escaped string, segs []string) (_ []string, trailing bool, err error) {
 	p := escaped
 	if strings.IndexByte(p, ';') >= 0 {
 		p = cutPathParams(p)

@@ -103,6 +103,35 @@ func DefaultConfig() Config {
 	}
 }
 
+// withDefaults fills the zero durations and limits from DefaultConfig; a zero Layout
+// is Leaf's.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Layout == (snowflake.Layout{}) {
+		c.Layout = d.Layout
+	}
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&c.WaitMax, &d.WaitMax}, {&c.BeatMaxAge, &d.BeatMaxAge}, {&c.ClockBehindMax, &d.ClockBehindMax},
+		{&c.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&c.ReadTimeout, &d.ReadTimeout},
+		{&c.WriteTimeout, &d.WriteTimeout}, {&c.IdleTimeout, &d.IdleTimeout},
+		{&c.ShutdownTimeout, &d.ShutdownTimeout}, {&c.Status.Refresh, &d.Status.Refresh},
+		{&c.Status.FetchTimeout, &d.Status.FetchTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	for _, f := range []struct{ v, def *int }{
+		{&c.MaxBatch, &d.MaxBatch}, {&c.MaxInFlight, &d.MaxInFlight},
+		{&c.MaxHeaderBytes, &d.MaxHeaderBytes}, {&c.Status.MaxTags, &d.Status.MaxTags},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	return c
+}
+
 // Validate names the field, value and bound of the first bad setting.
 func (c Config) Validate() error {
 	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
@@ -169,6 +198,7 @@ type Server struct {
 // New checks cfg and returns a server for addr (host:port; port 0 picks one). Nothing is
 // bound until Listen or Run.
 func New(addr string, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -258,9 +258,9 @@ func TestConfigValidate(t *testing.T) {
 		want   string
 	}{
 		{"WriteTimeoutBelowWaitMax", func(c *httpapi.Config) { c.WriteTimeout = c.WaitMax }, "WriteTimeout 2s must exceed WaitMax 2s"},
-		{"MaxBatch", func(c *httpapi.Config) { c.MaxBatch = 0 }, "--max-batch 0"},
-		{"ZeroTimeout", func(c *httpapi.Config) { c.ReadHeaderTimeout = 0 }, "ReadHeaderTimeout 0s"},
-		{"MaxInFlight", func(c *httpapi.Config) { c.MaxInFlight = 0 }, "MaxInFlight 0"},
+		{"MaxBatch", func(c *httpapi.Config) { c.MaxBatch = wire.MaxBatchLimit + 1 }, "--max-batch 1000001"},
+		{"NegativeTimeout", func(c *httpapi.Config) { c.ReadHeaderTimeout = -time.Second }, "ReadHeaderTimeout -1s"},
+		{"MaxInFlight", func(c *httpapi.Config) { c.MaxInFlight = -1 }, "MaxInFlight -1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := httpapi.DefaultConfig()
@@ -269,6 +269,15 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("New = %v, want an error containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestZeroConfigTakesDefaults: a Config with only sources set serves with the defaults.
+func TestZeroConfigTakesDefaults(t *testing.T) {
+	sf, _ := newSnowflakes(t, 9)
+	_, addr := startServer(t, httpapi.Config{Snowflakes: sf})
+	if status, body := get(t, "http://"+addr+"/api/snowflake/get/a?count=10000"); status != 200 || strings.Count(body, "\n") != 9999 {
+		t.Errorf("GET count=10000 with a zero Config: %d, %d lines, want 200 and the default max batch", status, strings.Count(body, "\n")+1)
 	}
 }
 

@@ -1,0 +1,51 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/snowflake"
+)
+
+// benchHandler is the whole HTTP face with real generators and metrics, without a
+// network: what one request costs inside the dispenser.
+func benchHandler(b *testing.B) http.Handler {
+	segs, _ := newSegments(b, segment.Tag{Name: "orders", MaxID: 1, Step: 100_000})
+	sf, err := snowflake.New(snowflake.Config{WorkerID: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := metrics.New(metrics.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := httpapi.New("127.0.0.1:0", httpapi.Config{Segments: segs, Snowflakes: sf, Metrics: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv.Handler()
+}
+
+func benchmarkPath(b *testing.B, target string) {
+	h := benchHandler(b)
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("GET %s: %d %s", target, w.Code, w.Body)
+		}
+	}
+}
+
+func BenchmarkSegmentOne(b *testing.B)   { benchmarkPath(b, "/api/segment/get/orders") }
+func BenchmarkSnowflakeOne(b *testing.B) { benchmarkPath(b, "/api/snowflake/get/orders") }
+func BenchmarkSegmentBatch(b *testing.B) { benchmarkPath(b, "/api/segment/get/orders?count=100") }
+func BenchmarkDecodeSnowflake(b *testing.B) {
+	benchmarkPath(b, "/decodeSnowflakeId?snowflakeId=1860000000000000000")
+}
