@@ -25,6 +25,14 @@ type Config struct {
 	NATS    string // existing NATS servers; "" = embed one
 	Conn    client.ConnConfig
 
+	// NATSConfig is a nats-server configuration file for the embedded server (--nats-config):
+	// accounts, users, permissions, TLS. InsecureListen lets the embedded server listen on a
+	// non-loopback address without authentication. ServiceAuth, when set, authenticates the
+	// service connection instead of Conn's credentials (auth.go).
+	NATSConfig     string
+	InsecureListen bool
+	ServiceAuth    Credentials
+
 	Prefix     string
 	NodeID     string
 	Advertise  string // ip:port this node registers under (ZooKeeper / MySQL registries)
