@@ -600,6 +600,14 @@ func TestStreamReplicated(t *testing.T) {
 		t.Fatalf("jetstream.New: %v", err)
 	}
 	waitCount(t, js, "leaf.pool.segment.orders", 3)
+	// An R3 consumer answers pulls only once its group has elected a leader, some time
+	// after the create returned; until then a pull gets "no responders".
+	testutil.Eventually(t, 15*time.Second, "the pool consumer's leader", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		cons, err := js.Consumer(ctx, "LEAF_POOL", "segment_orders")
+		return err == nil && cons.CachedInfo().Cluster != nil && cons.CachedInfo().Cluster.Leader != ""
+	})
 	c := mustConsumer(t, js, wire.Segment, "orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
