@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/workerid"
@@ -22,15 +23,15 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 		d.registry = r
 		return nil
 	case "kv":
-		r, err := workerid.OpenKVRegistry(ctx, d.js, workerid.KVRegistryConfig{
-			Prefix:        cfg.Prefix,
-			NodeID:        cfg.NodeID,
-			TTL:           cfg.LeaseTTL,
-			RenewInterval: HeartbeatInterval,
-			MaxWorkerID:   maxID,
-			Replicas:      cfg.KVReplicas,
-			Logger:        d.log.With("component", "kv-registry"),
-		})
+		kvCfg := workerid.DefaultKVRegistryConfig()
+		kvCfg.Prefix = cfg.Prefix
+		kvCfg.NodeID = cfg.NodeID
+		kvCfg.TTL = cfg.LeaseTTL
+		kvCfg.RenewInterval = HeartbeatInterval
+		kvCfg.MaxWorkerID = maxID
+		kvCfg.Replicas = cfg.KVReplicas
+		kvCfg.Logger = d.log.With("component", "kv-registry")
+		r, err := workerid.OpenKVRegistry(ctx, d.js, kvCfg)
 		if err != nil {
 			return fmt.Errorf("open kv worker registry: %w", err)
 		}
@@ -43,16 +44,16 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 	}
 	switch cfg.WorkerRegistry {
 	case "zk":
-		r, err := workerid.OpenZKRegistry(ctx, workerid.ZKRegistryConfig{
-			Servers:     strings.Split(cfg.ZK, ","),
-			Name:        cfg.ZKName,
-			Advertise:   advertise,
-			Recycle:     cfg.ZKRecycle,
-			TTL:         cfg.LeaseTTL,
-			MaxWorkerID: maxID,
-			Cache:       cfg.cacheFile(),
-			Logger:      d.log.With("component", "zk-registry"),
-		})
+		zkCfg := workerid.DefaultZKRegistryConfig()
+		zkCfg.Servers = strings.Split(cfg.ZK, ",")
+		zkCfg.Name = cfg.ZKName
+		zkCfg.Advertise = advertise
+		zkCfg.Recycle = cfg.ZKRecycle
+		zkCfg.TTL = cfg.LeaseTTL
+		zkCfg.MaxWorkerID = maxID
+		zkCfg.Cache = cfg.cacheFile()
+		zkCfg.Logger = d.log.With("component", "zk-registry")
+		r, err := workerid.OpenZKRegistry(ctx, zkCfg)
 		if err != nil {
 			return fmt.Errorf("open zk worker registry: %w", err)
 		}
@@ -60,13 +61,13 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 		d.onClose("zk worker registry", func() error { r.Close(); return nil })
 		return nil
 	case "mysql":
-		r, err := workerid.OpenMySQLRegistry(ctx, workerid.MySQLRegistryConfig{
-			DSN:         cfg.MySQLDSN,
-			Advertise:   advertise,
-			MaxWorkerID: maxID,
-			CreateTable: cfg.MySQLCreateTable,
-			Logger:      d.log.With("component", "mysql-registry"),
-		})
+		myCfg := workerid.DefaultMySQLRegistryConfig()
+		myCfg.DSN = cfg.MySQLDSN
+		myCfg.Advertise = advertise
+		myCfg.MaxWorkerID = maxID
+		myCfg.CreateTable = cfg.MySQLCreateTable
+		myCfg.Logger = d.log.With("component", "mysql-registry")
+		r, err := workerid.OpenMySQLRegistry(ctx, myCfg)
 		if err != nil {
 			return fmt.Errorf("open mysql worker registry: %w", err)
 		}
@@ -100,19 +101,19 @@ func (d *Dispenser) checkClock(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	guard, err := workerid.NewGuard(workerid.GuardConfig{
-		NodeID:            cfg.NodeID,
-		Prefix:            cfg.Prefix,
-		Forever:           d.forever,
-		Cache:             cfg.cacheFile(),
-		Conn:              d.nc,
-		Clock:             d.clock,
-		HeartbeatInterval: HeartbeatInterval,
-		BorrowMax:         cfg.BorrowMax,
-		ClockWaitMax:      cfg.ClockWaitMax,
-		PeerSkewMax:       cfg.PeerSkewMax,
-		Logger:            d.log.With("component", "clock-guard"),
-	})
+	guardCfg := workerid.DefaultGuardConfig()
+	guardCfg.NodeID = cfg.NodeID
+	guardCfg.Prefix = cfg.Prefix
+	guardCfg.Forever = d.forever
+	guardCfg.Cache = cfg.cacheFile()
+	guardCfg.Conn = d.nc
+	guardCfg.Clock = d.clock
+	guardCfg.HeartbeatInterval = HeartbeatInterval
+	guardCfg.BorrowMax = cfg.clockMargin()
+	guardCfg.ClockWaitMax = cfg.ClockWaitMax
+	guardCfg.PeerSkewMax = cfg.PeerSkewMax
+	guardCfg.Logger = d.log.With("component", "clock-guard")
+	guard, err := workerid.NewGuard(guardCfg)
 	if err != nil {
 		return err
 	}
@@ -138,18 +139,18 @@ func (d *Dispenser) newSnowflakes(context.Context) (err error) {
 // generator has a ceiling.
 func (d *Dispenser) startHeartbeat(ctx context.Context) (err error) {
 	cfg := d.cfg
-	d.heartbeat, err = workerid.NewHeartbeat(workerid.HeartbeatConfig{
-		NodeID:       cfg.NodeID,
-		Lease:        d.lease,
-		Generator:    d.snowflakes,
-		Forever:      d.forever,
-		Cache:        cfg.cacheFile(),
-		Clock:        d.clock,
-		Interval:     HeartbeatInterval,
-		BorrowMax:    cfg.BorrowMax,
-		ClockJumpMax: cfg.ClockJumpMax,
-		Logger:       d.log.With("component", "heartbeat"),
-	})
+	hbCfg := workerid.DefaultHeartbeatConfig()
+	hbCfg.NodeID = cfg.NodeID
+	hbCfg.Lease = d.lease
+	hbCfg.Generator = d.snowflakes
+	hbCfg.Forever = d.forever
+	hbCfg.Cache = cfg.cacheFile()
+	hbCfg.Clock = d.clock
+	hbCfg.Interval = HeartbeatInterval
+	hbCfg.BorrowMax = cfg.clockMargin() // the guard waits out what the heartbeat allows
+	hbCfg.ClockJumpMax = cfg.ClockJumpMax
+	hbCfg.Logger = d.log.With("component", "heartbeat")
+	d.heartbeat, err = workerid.NewHeartbeat(hbCfg)
 	if err != nil {
 		return err
 	}
@@ -164,4 +165,14 @@ func (d *Dispenser) startHeartbeat(ctx context.Context) (err error) {
 func (d *Dispenser) newTimeResponder(context.Context) (err error) {
 	d.timeResponder, err = workerid.NewTimeResponder(d.nc, d.cfg.Prefix, d.cfg.NodeID, d.clock, d.log.With("component", "time-responder"))
 	return err
+}
+
+// clockMargin is how far ahead of its clock this node's records reach (the guard and the
+// heartbeat agree on it): --borrow-max, or the registries' default when borrowing is off
+// (--borrow-max 0), as it always was.
+func (c Config) clockMargin() time.Duration {
+	if c.BorrowMax > 0 {
+		return c.BorrowMax
+	}
+	return workerid.DefaultGuardConfig().BorrowMax
 }

@@ -12,10 +12,15 @@ import (
 func BenchmarkHeartbeatBeat(b *testing.B) {
 	env := startJS(b)
 	forever := openForever(b, env.js)
-	lease := acquire(b, openKVRegistry(b, env.js, KVRegistryConfig{NodeID: "bench"}))
+	lease := acquire(b, openKVRegistry(b, env.js, kvConfig("bench")))
 	gen := &fakeGen{}
-	h := newHeartbeat(b, HeartbeatConfig{NodeID: "bench", Lease: lease, Generator: gen, Forever: forever,
-		Cache: &CacheFile{Path: filepath.Join(b.TempDir(), "workerid.json")}})
+	h := newHeartbeat(b, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.NodeID = "bench"
+		c.Lease = lease
+		c.Generator = gen
+		c.Forever = forever
+		c.Cache = &CacheFile{Path: filepath.Join(b.TempDir(), "workerid.json")}
+	}))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -29,7 +34,7 @@ func BenchmarkHeartbeatBeat(b *testing.B) {
 // BenchmarkKVLeaseRenew is the registry's part of a beat.
 func BenchmarkKVLeaseRenew(b *testing.B) {
 	env := startJS(b)
-	lease := acquire(b, openKVRegistry(b, env.js, KVRegistryConfig{NodeID: "bench"}))
+	lease := acquire(b, openKVRegistry(b, env.js, kvConfig("bench")))
 	ctx := context.Background()
 	ts := time.Now().UnixMilli()
 	b.ReportAllocs()
@@ -45,7 +50,7 @@ func BenchmarkKVLeaseRenew(b *testing.B) {
 // leased (it lists the keys, then creates the lowest free one).
 func BenchmarkKVRegistryAcquire(b *testing.B) {
 	env := startJS(b)
-	reg := openKVRegistry(b, env.js, KVRegistryConfig{NodeID: "bench"})
+	reg := openKVRegistry(b, env.js, kvConfig("bench"))
 	for range 100 {
 		acquire(b, reg)
 	}

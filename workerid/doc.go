@@ -14,10 +14,15 @@
 //   - the start-up check still refuses when the record comes from the cache file because
 //     the KV bucket (Leaf: ZooKeeper) is unreachable; Leaf swallows it there;
 //   - an expiring lease suspends the generator before anyone else can be given the ID,
-//     and a recycled ID starts past its previous holder's record.
+//     and a recycled ID starts past its previous holder's record;
+//   - a lease that changes under its holder (its KV key or ZooKeeper node deleted or
+//     rewritten by someone else) stops the holder within milliseconds, through a watch
+//     on it, not at the next renewal; while the watch cannot see the lease, the holder
+//     does not issue.
 //
-// The pieces: Registry/Lease (registry.go) with the static and JetStream KV
-// implementations, Forever (the <prefix>_forever bucket), CacheFile, Guard (start-up),
-// Heartbeat (runtime) and TimeResponder (answers <prefix>.time for other nodes' peer
-// checks).
+// The pieces: Registry/Lease/LeaseWatcher (registry.go) with the static, JetStream KV,
+// ZooKeeper and MySQL implementations, Forever (the <prefix>_forever bucket),
+// CacheFile, Guard (start-up), Heartbeat (runtime: records, ceiling, suspension, the
+// lease watch) and TimeResponder (answers <prefix>.time for other nodes' peer checks).
+// Every configuration comes from its DefaultXConfig and is checked by its Validate.
 package workerid

@@ -29,9 +29,15 @@ type Forever struct {
 	kv jetstream.KeyValue
 }
 
-// OpenForever creates the bucket (or binds to it when it exists) with replicas replicas
-// (0 means 1). It keeps no history: only the latest record matters.
+// OpenForever creates the bucket (or binds to it when it exists) with replicas replicas,
+// 1 to 5. It keeps no history: only the latest record matters.
 func OpenForever(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*Forever, error) {
+	if bucket == "" {
+		return nil, invalid("forever bucket", "bucket name is empty, want e.g. %q", ForeverBucket(DefaultPrefix))
+	}
+	if err := checkReplicas("forever bucket "+bucket, replicas); err != nil {
+		return nil, err
+	}
 	kv, err := openBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "leafbus: each dispenser's highest issued timestamp, by node ID",

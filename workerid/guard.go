@@ -53,11 +53,11 @@ const NodeIDHeader = "Leaf-Node-Id"
 // TimeSubject is the subject of the peer time check for a prefix ("leaf.time").
 func TimeSubject(prefix string) string { return prefix + ".time" }
 
-// GuardConfig configures a Guard. Zero durations take the defaults.
+// GuardConfig configures a Guard. Start from DefaultGuardConfig.
 type GuardConfig struct {
 	// NodeID is this dispenser's identity: its key in the forever bucket. Required.
 	NodeID string
-	// Prefix is the subject prefix; the peer check asks <Prefix>.time. Default "leaf".
+	// Prefix is the subject prefix; the peer check asks <Prefix>.time ("leaf").
 	Prefix string
 	// Forever is the forever bucket; nil when the deployment keeps none.
 	Forever *Forever
@@ -65,17 +65,17 @@ type GuardConfig struct {
 	Cache *CacheFile
 	// Conn is used for the peer time check; nil skips it.
 	Conn *nats.Conn
-	// Clock is the wall clock, the generator's; nil means snowflake.SystemClock().
+	// Clock is the wall clock, the generator's (snowflake.SystemClock()).
 	Clock snowflake.Clock
 	// HeartbeatInterval (3 s) and BorrowMax (1 s) must be at least the heartbeat's: the
 	// floor is record + HeartbeatInterval + BorrowMax, the most the previous run's
 	// generator may have been allowed past its record. BorrowMax must also be at least
-	// the generator's BorrowMax; a larger value only lengthens the start-up wait, which is
-	// why 0 means the default rather than no borrowing.
+	// the generator's BorrowMax; a larger value only lengthens the start-up wait, so a
+	// generator that does not borrow keeps the default rather than 0.
 	HeartbeatInterval time.Duration
 	BorrowMax         time.Duration
 	// ClockWaitMax is how far behind a record the clock may be at start and be waited
-	// out instead of refused (--clock-wait-max), beyond the BorrowMax that borrowed
+	// out instead of refused (--clock-wait-max, 0), beyond the BorrowMax that borrowed
 	// timestamps legitimately put a record ahead (and PeerSkewMax more for a previous
 	// holder's record). 0 waits out only that.
 	ClockWaitMax time.Duration
@@ -91,54 +91,43 @@ type GuardConfig struct {
 	Logger *slog.Logger
 }
 
-func (c GuardConfig) withDefaults() GuardConfig {
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+// DefaultGuardConfig returns the defaults: prefix "leaf", the system clock, Leaf's 3 s
+// heartbeat, 1 s of borrowing, no extra wait for a clock behind its record, peers within
+// 5 s collected for 250 ms, forever bucket reads of at most 2 s. NodeID is left for the
+// caller.
+func DefaultGuardConfig() GuardConfig {
+	return GuardConfig{
+		Prefix:            DefaultPrefix,
+		Clock:             snowflake.SystemClock(),
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		BorrowMax:         DefaultBorrowMax,
+		PeerSkewMax:       DefaultPeerSkewMax,
+		PeerWindow:        DefaultPeerWindow,
+		ReadTimeout:       DefaultReadTimeout,
 	}
-	if c.Clock == nil {
-		c.Clock = snowflake.SystemClock()
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.BorrowMax == 0 {
-		c.BorrowMax = DefaultBorrowMax
-	}
-	if c.PeerSkewMax == 0 {
-		c.PeerSkewMax = DefaultPeerSkewMax
-	}
-	if c.PeerWindow == 0 {
-		c.PeerWindow = DefaultPeerWindow
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = DefaultReadTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
 }
 
-// Validate checks the configuration (after defaults); errors wrap ErrInvalidConfig or
-// ErrInvalidNodeID and name the field, value and bound.
+// Validate reports the first setting that is missing or out of range, naming the field,
+// its value and the bound; errors wrap ErrInvalidConfig or ErrInvalidNodeID.
 func (c GuardConfig) Validate() error {
-	c = c.withDefaults()
+	const component = "clock guard"
 	if err := CheckNodeID(c.NodeID); err != nil {
-		return fmt.Errorf("clock guard: %w", err)
+		return fmt.Errorf("%s: NodeID: %w", component, err)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"BorrowMax", c.BorrowMax},
-		{"PeerSkewMax", c.PeerSkewMax}, {"PeerWindow", c.PeerWindow}, {"ReadTimeout", c.ReadTimeout},
-	} {
-		if d.v <= 0 {
-			return fmt.Errorf("%w: clock guard: %s %s must be positive", ErrInvalidConfig, d.name, d.v)
-		}
+	if c.Prefix == "" {
+		return invalid(component, "Prefix is empty, want the subject prefix (%q by default)", DefaultPrefix)
+	}
+	if c.Clock == nil {
+		return invalid(component, "Clock is nil, want the generator's clock (snowflake.SystemClock() by default)")
+	}
+	err := checkPositive(component,
+		duration{"HeartbeatInterval", c.HeartbeatInterval}, duration{"BorrowMax", c.BorrowMax},
+		duration{"PeerSkewMax", c.PeerSkewMax}, duration{"PeerWindow", c.PeerWindow}, duration{"ReadTimeout", c.ReadTimeout})
+	if err != nil {
+		return err
 	}
 	if c.ClockWaitMax < 0 {
-		return fmt.Errorf("%w: clock guard: ClockWaitMax %s is negative", ErrInvalidConfig, c.ClockWaitMax)
+		return invalid(component, "ClockWaitMax is %s, want >= 0", c.ClockWaitMax)
 	}
 	return nil
 }
@@ -156,7 +145,10 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{cfg: cfg.withDefaults()}, nil
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Guard{cfg: cfg}, nil
 }
 
 // recordSource is one record Start consults.

@@ -65,8 +65,14 @@ func TestGuardStartRecords(t *testing.T) {
 				must(t, "Save", cache.Save(CacheEntry{NodeID: node, WorkerID: 7, Timestamp: tt.cache}))
 			}
 			clock := snowflake.NewFakeClock(t0)
-			g, err := NewGuard(GuardConfig{NodeID: node, Forever: forever, Cache: cache, Clock: clock,
-				ClockWaitMax: tt.clockWaitMax, Logger: testLogger(t)})
+			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+				c.NodeID = node
+				c.Forever = forever
+				c.Cache = cache
+				c.Clock = clock
+				c.ClockWaitMax = tt.clockWaitMax
+				c.Logger = testLogger(t)
+			}))
 			must(t, "NewGuard", err)
 			floor, err := g.Start(ctx, &fakeLease{id: 7, ttl: tt.ttl, recorded: tt.recorded})
 			if tt.wantErr != nil {
@@ -110,8 +116,14 @@ func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
 	env.srv.Stop()
 
 	start := func(cache *CacheFile, lease Lease) (int64, error) {
-		g, err := NewGuard(GuardConfig{NodeID: "n1", Forever: forever, Cache: cache, Clock: snowflake.NewFakeClock(t0),
-			ReadTimeout: 300 * time.Millisecond, Logger: testLogger(t)})
+		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			c.NodeID = "n1"
+			c.Forever = forever
+			c.Cache = cache
+			c.Clock = snowflake.NewFakeClock(t0)
+			c.ReadTimeout = 300 * time.Millisecond
+			c.Logger = testLogger(t)
+		}))
 		must(t, "NewGuard", err)
 		return g.Start(ctx, lease)
 	}
@@ -151,7 +163,13 @@ func TestGuardPeerCheck(t *testing.T) {
 	}
 	start := func(node string, clock snowflake.Clock, forever *Forever) error {
 		t.Helper()
-		g, err := NewGuard(GuardConfig{NodeID: node, Conn: env.nc, Clock: clock, Forever: forever, Logger: testLogger(t)})
+		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			c.NodeID = node
+			c.Conn = env.nc
+			c.Clock = clock
+			c.Forever = forever
+			c.Logger = testLogger(t)
+		}))
 		must(t, "NewGuard", err)
 		_, err = g.Start(testCtx(t, 10*time.Second), &fakeLease{id: 1})
 		return err
@@ -181,25 +199,44 @@ func TestGuardPeerCheck(t *testing.T) {
 	must(t, "Start of a known node 10s ahead", start("known", offsetClock{10 * time.Second}, forever))
 }
 
+// guardConfig is the default clock guard configuration, changed by edit.
+func guardConfig(edit func(*GuardConfig)) GuardConfig {
+	cfg := DefaultGuardConfig()
+	edit(&cfg)
+	return cfg
+}
+
 func TestGuardConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
-		cfg     GuardConfig
+		edit    func(*GuardConfig)
 		wantErr error
+		wantMsg string
 	}{
-		{"OK", GuardConfig{NodeID: "n"}, nil},
-		{"ErrInvalidNodeID", GuardConfig{NodeID: ""}, ErrInvalidNodeID},
-		{"ErrInvalidConfig/ClockWaitMax", GuardConfig{NodeID: "n", ClockWaitMax: -time.Second}, ErrInvalidConfig},
-		{"ErrInvalidConfig/BorrowMax", GuardConfig{NodeID: "n", BorrowMax: -time.Second}, ErrInvalidConfig},
+		{"OK", func(*GuardConfig) {}, nil, ""},
+		{"OK/ClockWaitMax 0", func(c *GuardConfig) { c.ClockWaitMax = 0 }, nil, ""},
+		{"ErrInvalidNodeID", func(c *GuardConfig) { c.NodeID = "" }, ErrInvalidNodeID, "NodeID"},
+		{"ErrInvalidConfig/ClockWaitMax", func(c *GuardConfig) { c.ClockWaitMax = -time.Second }, ErrInvalidConfig, "ClockWaitMax is -1s, want >= 0"},
+		{"ErrInvalidConfig/BorrowMax", func(c *GuardConfig) { c.BorrowMax = -time.Second }, ErrInvalidConfig, "BorrowMax is -1s, want > 0"},
+		{"ErrInvalidConfig/zero PeerWindow", func(c *GuardConfig) { c.PeerWindow = 0 }, ErrInvalidConfig, "PeerWindow is 0s, want > 0"},
+		{"ErrInvalidConfig/zero ReadTimeout", func(c *GuardConfig) { c.ReadTimeout = 0 }, ErrInvalidConfig, "ReadTimeout is 0s"},
+		{"ErrInvalidConfig/no clock", func(c *GuardConfig) { c.Clock = nil }, ErrInvalidConfig, "Clock is nil"},
+		{"ErrInvalidConfig/no prefix", func(c *GuardConfig) { c.Prefix = "" }, ErrInvalidConfig, "Prefix is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
+			err := guardConfig(func(c *GuardConfig) {
+				c.NodeID = "n"
+				tt.edit(c)
+			}).Validate()
 			if tt.wantErr == nil {
 				must(t, "Validate", err)
 				return
 			}
 			wantErrIs(t, "Validate", err, tt.wantErr)
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("Validate() = %q, want it to name %q", err, tt.wantMsg)
+			}
 		})
 	}
 }
@@ -209,7 +246,12 @@ func TestGuardConfigValidate(t *testing.T) {
 func TestGuardStartWaitEndsWithContext(t *testing.T) {
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
 	must(t, "Save", cache.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: time.Now().UnixMilli() + 30_000}))
-	g, err := NewGuard(GuardConfig{NodeID: "n1", Cache: cache, ClockWaitMax: time.Hour, Logger: testLogger(t)})
+	g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		c.NodeID = "n1"
+		c.Cache = cache
+		c.ClockWaitMax = time.Hour
+		c.Logger = testLogger(t)
+	}))
 	must(t, "NewGuard", err)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

@@ -54,7 +54,7 @@ func SystemMonotonic() Monotonic {
 // static registry): their Renew succeeding does not make the record durable.
 type nonRecording interface{ recordsNothing() bool }
 
-// HeartbeatConfig configures a Heartbeat. Zero durations take the defaults.
+// HeartbeatConfig configures a Heartbeat. Start from DefaultHeartbeatConfig.
 type HeartbeatConfig struct {
 	// NodeID is this dispenser's key in the forever bucket. Required.
 	NodeID string
@@ -65,17 +65,17 @@ type HeartbeatConfig struct {
 	// Forever and Cache are where this node's record goes; either may be nil.
 	Forever *Forever
 	Cache   *CacheFile
-	// Clock is the generator's clock; nil means snowflake.SystemClock().
+	// Clock is the generator's clock (snowflake.SystemClock()).
 	Clock snowflake.Clock
 	// Interval between beats (3 s) and BorrowMax (1 s): the ceiling is record + Interval
 	// + BorrowMax, so both must be at most the Guard's values, and BorrowMax at least the
-	// generator's.
+	// generator's. For an expiring lease, the lease TTL must be at least 4 Intervals.
 	Interval  time.Duration
 	BorrowMax time.Duration
 	// ClockJumpMax is how far the wall clock may run ahead of where the monotonic clock
 	// puts it before the record stops following it (1 h).
 	ClockJumpMax time.Duration
-	// Monotonic is the elapsed-time source; nil means SystemMonotonic().
+	// Monotonic is the elapsed-time source (SystemMonotonic()).
 	Monotonic Monotonic
 	// WriteTimeout bounds each write of a beat (2 s); StopTimeout bounds the final writes
 	// and the release at a clean stop (5 s).
@@ -85,58 +85,47 @@ type HeartbeatConfig struct {
 	Logger *slog.Logger
 }
 
-func (c HeartbeatConfig) withDefaults() HeartbeatConfig {
-	if c.Clock == nil {
-		c.Clock = snowflake.SystemClock()
+// DefaultHeartbeatConfig returns the defaults: the system clocks, Leaf's 3 s beat, 1 s of
+// borrowing, forward clock jumps of up to 1 h followed, writes bounded by 2 s (5 s at
+// the final stop). NodeID, Lease and Generator are left for the caller.
+func DefaultHeartbeatConfig() HeartbeatConfig {
+	return HeartbeatConfig{
+		Clock:        snowflake.SystemClock(),
+		Interval:     DefaultHeartbeatInterval,
+		BorrowMax:    DefaultBorrowMax,
+		ClockJumpMax: DefaultClockJumpMax,
+		Monotonic:    SystemMonotonic(),
+		WriteTimeout: DefaultWriteTimeout,
+		StopTimeout:  DefaultStopTimeout,
 	}
-	if c.Interval == 0 {
-		c.Interval = DefaultHeartbeatInterval
-	}
-	if c.BorrowMax == 0 {
-		c.BorrowMax = DefaultBorrowMax
-	}
-	if c.ClockJumpMax == 0 {
-		c.ClockJumpMax = DefaultClockJumpMax
-	}
-	if c.Monotonic == nil {
-		c.Monotonic = SystemMonotonic()
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.StopTimeout == 0 {
-		c.StopTimeout = DefaultStopTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
 }
 
-// Validate checks the configuration (after defaults); errors wrap ErrInvalidConfig or
-// ErrInvalidNodeID.
+// Validate reports the first setting that is missing or out of range, naming the field,
+// its value and the bound; errors wrap ErrInvalidConfig or ErrInvalidNodeID.
 func (c HeartbeatConfig) Validate() error {
-	c = c.withDefaults()
+	const component = "heartbeat"
 	if err := CheckNodeID(c.NodeID); err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+		return fmt.Errorf("%s: NodeID: %w", component, err)
 	}
-	if c.Lease == nil || c.Generator == nil {
-		return fmt.Errorf("%w: heartbeat: Lease and Generator are required", ErrInvalidConfig)
+	switch {
+	case c.Lease == nil:
+		return invalid(component, "Lease is nil, want the lease of the generator's worker ID")
+	case c.Generator == nil:
+		return invalid(component, "Generator is nil, want the snowflake generator to drive")
+	case c.Clock == nil:
+		return invalid(component, "Clock is nil, want the generator's clock (snowflake.SystemClock() by default)")
+	case c.Monotonic == nil:
+		return invalid(component, "Monotonic is nil, want an elapsed-time source (SystemMonotonic() by default)")
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"Interval", c.Interval}, {"BorrowMax", c.BorrowMax}, {"ClockJumpMax", c.ClockJumpMax},
-		{"WriteTimeout", c.WriteTimeout}, {"StopTimeout", c.StopTimeout},
-	} {
-		if d.v <= 0 {
-			return fmt.Errorf("%w: heartbeat: %s %s must be positive", ErrInvalidConfig, d.name, d.v)
-		}
+	err := checkPositive(component,
+		duration{"Interval", c.Interval}, duration{"BorrowMax", c.BorrowMax}, duration{"ClockJumpMax", c.ClockJumpMax},
+		duration{"WriteTimeout", c.WriteTimeout}, duration{"StopTimeout", c.StopTimeout})
+	if err != nil {
+		return err
 	}
 	if ttl := c.Lease.TTL(); ttl > 0 && ttl < 4*c.Interval {
-		return fmt.Errorf("%w: heartbeat: lease TTL %s is shorter than 4 x the interval %s (%s): the generator is suspended at TTL/2 without a renewal, which must span two failed beats",
-			ErrInvalidConfig, ttl, c.Interval, 4*c.Interval)
+		return invalid(component, "lease TTL %s is shorter than 4 x Interval %s (%s): the generator is suspended at TTL/2 without a renewal, which must span two failed beats",
+			ttl, c.Interval, 4*c.Interval)
 	}
 	return nil
 }
@@ -154,6 +143,9 @@ type HeartbeatStats struct {
 	Suspended           bool      `json:"suspended"`
 	SuspendReason       string    `json:"suspend_reason,omitempty"`
 	LeaseLost           bool      `json:"lease_lost"`
+	// LeaseWatched is true while the lease's watch (LeaseWatcher) last reported that it
+	// sees the lease is this node's; false for a lease without a watch.
+	LeaseWatched bool `json:"lease_watched"`
 	// ClockMinusRecordMs is the clock minus Record at the last beat: negative while the
 	// record is ahead (borrowed timestamps, or the clock stepped back).
 	ClockMinusRecordMs int64 `json:"clock_minus_record_ms"`
@@ -179,7 +171,15 @@ type HeartbeatStats struct {
 //     reads only the registry;
 //   - an expiring lease not renewed for more than TTL/2 suspends the generator at once
 //     (a timer, not the next beat) and a later renewal resumes it; a Renew that reports
-//     ErrLeaseLost suspends it for good and Run returns that error.
+//     ErrLeaseLost suspends it for good and Run returns that error;
+//   - a lease that is a LeaseWatcher is watched while Run runs: a change under the
+//     holder (lease deleted or taken) suspends the generator for good at once and Run
+//     returns ErrLeaseLost, and while the watch cannot see the lease the generator stays
+//     suspended (ErrLeaseUnverified) until it can again.
+//
+// Several reasons to suspend may hold at once; the generator is resumed only when none
+// does, and it reports the first of: lease lost, stopped, the beats' own (not recorded
+// yet, not renewed for TTL/2), the watch's.
 type Heartbeat struct {
 	cfg      HeartbeatConfig
 	log      *slog.Logger
@@ -199,10 +199,14 @@ type Heartbeat struct {
 	lastOK      time.Duration // monotonic start of the last renewal that counted
 	lastSuccess time.Time
 	failures    int
-	beats       int // beats attempted
-	suspendedBy error
+	beats       int   // beats attempted
+	suspendedBy error // the beats' reason: not recorded yet, or not renewed for TTL/2
+	watchErr    error // the lease watch's reason: it cannot see the lease
+	watched     bool  // the lease watch's last report was that it sees the lease
 	lostErr     error
+	lost        chan struct{} // closed with lostErr set
 	stopped     bool
+	applied     error // the reason the generator was last given; nil: issuing
 	clockMinus  int64
 	jumpMs      int64
 	jumps       int
@@ -216,7 +220,9 @@ func NewHeartbeat(cfg HeartbeatConfig) (*Heartbeat, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	durable := true
 	if nr, ok := cfg.Lease.(nonRecording); ok && nr.recordsNothing() {
 		durable = false
@@ -231,10 +237,11 @@ func NewHeartbeat(cfg HeartbeatConfig) (*Heartbeat, error) {
 		anchorW:  cfg.Clock.Now(),
 		anchorM:  cfg.Monotonic(),
 		jumpMaxM: cfg.ClockJumpMax.Milliseconds(),
+		lost:     make(chan struct{}),
 	}
 	h.lastOK = h.anchorM
 	h.suspendedBy = fmt.Errorf("%w: waiting for the first heartbeat", ErrNotRecorded)
-	cfg.Generator.Suspend(h.suspendedBy)
+	h.applyLocked()
 	return h, nil
 }
 
@@ -356,15 +363,17 @@ func (h *Heartbeat) succeeded(ts int64, renewStart time.Duration) {
 		h.log.Info("heartbeat recovered", "failed_beats", h.failures, "record", fmtMs(ts))
 	}
 	h.failures = 0
-	if h.suspendedBy != nil {
-		if first {
+	if was := h.suspendedBy; was != nil {
+		h.suspendedBy = nil
+		switch resumed := h.applyLocked(); {
+		case resumed && first:
 			// The generator starts suspended until the first record is written: not news.
 			h.log.Info("first heartbeat recorded: issuing", "record", fmtMs(ts), "ceiling", fmtMs(h.ceiling))
-		} else {
-			h.log.Warn("generator resumed", "was", h.suspendedBy.Error(), "record", fmtMs(ts), "ceiling", fmtMs(h.ceiling))
+		case resumed:
+			h.log.Warn("generator resumed", "was", was.Error(), "record", fmtMs(ts), "ceiling", fmtMs(h.ceiling))
+		default:
+			h.log.Warn("heartbeat recorded, but the generator stays suspended", "record", fmtMs(ts), "reason", h.applied)
 		}
-		h.suspendedBy = nil
-		h.cfg.Generator.Resume()
 	}
 	h.mu.Unlock()
 	select {
@@ -386,14 +395,71 @@ func (h *Heartbeat) failed(ctx context.Context, ts int64, errs []error) error {
 	return err
 }
 
+// loseLease suspends the generator for good and makes Run return err. Only the first
+// loss counts (the beat and the watch may both see it).
 func (h *Heartbeat) loseLease(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.lostErr != nil {
+		return
+	}
 	h.lostErr = err
-	h.suspendedBy = err
-	h.cfg.Generator.Suspend(err)
+	h.applyLocked()
+	close(h.lost)
 	h.log.Error("worker ID lease lost: generator suspended for good; the dispenser must restart to get a new ID",
 		"last_renewal", h.lastSuccess, "err", err)
+}
+
+// vouch is the lease watch's report (LeaseWatcher.Watch): nil when it sees the lease is
+// this node's, ErrLeaseLost when it is lost, any other error while it cannot see it.
+func (h *Heartbeat) vouch(err error) {
+	if errors.Is(err, ErrLeaseLost) {
+		h.loseLease(err)
+		return
+	}
+	if err != nil && !errors.Is(err, ErrLeaseUnverified) {
+		err = fmt.Errorf("%w: %w", ErrLeaseUnverified, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	was := h.watchErr
+	h.watchErr = err
+	h.watched = err == nil
+	switch {
+	case was == nil && err != nil:
+		h.log.Warn("the lease watch cannot see the worker ID lease: generator suspended until it can", "err", err)
+	case was != nil && err == nil:
+		h.log.Info("the lease watch sees the worker ID lease again", "was", was.Error())
+	}
+	h.applyLocked()
+}
+
+// applyLocked gives the generator the first reason to suspend that holds (see
+// Heartbeat), or resumes it when none does; it reports whether it resumed it. h.mu is
+// held.
+func (h *Heartbeat) applyLocked() (resumed bool) {
+	var reason error
+	switch {
+	case h.lostErr != nil:
+		reason = h.lostErr
+	case h.stopped:
+		reason = ErrStopped
+	case h.suspendedBy != nil:
+		reason = h.suspendedBy
+	default:
+		reason = h.watchErr
+	}
+	if reason == h.applied {
+		return false
+	}
+	was := h.applied
+	h.applied = reason
+	if reason != nil {
+		h.cfg.Generator.Suspend(reason)
+		return false
+	}
+	h.cfg.Generator.Resume()
+	return was != nil
 }
 
 // expire suspends the generator when an expiring lease has gone more than TTL/2 without
@@ -406,18 +472,18 @@ func (h *Heartbeat) expire() time.Duration {
 	if since <= half {
 		return half - since + time.Millisecond
 	}
-	if h.suspendedBy == nil && !h.stopped {
+	if h.suspendedBy == nil && !h.stopped && h.lostErr == nil {
 		h.suspendedBy = fmt.Errorf("%w: worker ID %d not renewed for %s (lease TTL %s, suspended at TTL/2)",
 			ErrLeaseLost, h.cfg.Lease.WorkerID(), since.Round(time.Millisecond), h.ttl)
-		h.cfg.Generator.Suspend(h.suspendedBy)
+		h.applyLocked()
 		h.log.Error("worker ID lease not renewed for over half its TTL: generator suspended",
 			"since_last_renewal", since.Round(time.Millisecond), "ttl", h.ttl, "last_renewal", h.lastSuccess, "now", h.cfg.Clock.Now())
 	}
 	return half
 }
 
-// watchLease runs expire on a timer until done is closed; a successful beat re-arms it.
-func (h *Heartbeat) watchLease(done <-chan struct{}) {
+// expiryTimer runs expire on a timer until done is closed; a successful beat re-arms it.
+func (h *Heartbeat) expiryTimer(done <-chan struct{}) {
 	t := time.NewTimer(h.expire())
 	defer t.Stop()
 	for {
@@ -431,13 +497,14 @@ func (h *Heartbeat) watchLease(done <-chan struct{}) {
 	}
 }
 
-// Run beats every Interval until ctx ends or the lease is lost. It beats at once when
-// Beat was never called. When ctx ends it stops cleanly: suspend the generator (no more
-// IDs), write the final record to the forever bucket and the cache file, then release
-// the lease with it; it returns nil then (failed final writes are logged: they cannot
-// endanger uniqueness, the ceiling never passed the last durable record's bound). After
-// a lost lease it returns an error wrapping ErrLeaseLost at once, leaving the generator
-// suspended. Run's goroutines have ended when it returns.
+// Run beats every Interval until ctx ends or the lease is lost, and meanwhile watches
+// the lease when it is a LeaseWatcher. It beats at once when Beat was never called.
+// When ctx ends it stops cleanly: suspend the generator (no more IDs), write the final
+// record to the forever bucket and the cache file, then release the lease with it; it
+// returns nil then (failed final writes are logged: they cannot endanger uniqueness, the
+// ceiling never passed the last durable record's bound). After a lost lease (seen by a
+// renewal or by the watch) it returns an error wrapping ErrLeaseLost at once, leaving
+// the generator suspended. Run's goroutines have ended when it returns.
 func (h *Heartbeat) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -445,10 +512,12 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.watchLease(done)
+			h.expiryTimer(done)
 		}()
 	}
+	stopWatch := h.startWatch()
 	defer func() {
+		stopWatch()
 		close(done)
 		wg.Wait()
 	}()
@@ -466,13 +535,48 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			stopWatch() // first: the release deletes what it watches
 			h.stop(ctx)
 			return nil
+		case <-h.lost:
+			h.mu.Lock()
+			err := h.lostErr
+			h.mu.Unlock()
+			return err
 		case <-ticker.C:
 			if err := h.Beat(ctx); errors.Is(err, ErrLeaseLost) {
 				return err
 			}
 		}
+	}
+}
+
+// startWatch runs the lease's watch, when the lease has one, until the returned stop is
+// called; stop waits for it to end and may be called again. A watch that ends by itself
+// without reporting a loss is a bug in it; it counts as a loss, since nothing watches
+// the lease any more.
+func (h *Heartbeat) startWatch() (stop func()) {
+	w, ok := h.cfg.Lease.(LeaseWatcher)
+	if !ok {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		err := w.Watch(ctx, h.vouch)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+		case ctx.Err() != nil:
+			return
+		default:
+			err = fmt.Errorf("%w: the watch on worker ID %d ended by itself (%v)", ErrLeaseLost, h.cfg.Lease.WorkerID(), err)
+		}
+		h.loseLease(err)
+	}()
+	return func() {
+		cancel()
+		<-ended
 	}
 }
 
@@ -483,10 +587,7 @@ func (h *Heartbeat) stop(ctx context.Context) {
 	h.mu.Lock()
 	h.stopped = true
 	lost := h.lostErr
-	if lost == nil {
-		h.suspendedBy = ErrStopped
-		h.cfg.Generator.Suspend(ErrStopped)
-	}
+	h.applyLocked()
 	h.mu.Unlock()
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StopTimeout)
@@ -516,15 +617,16 @@ func (h *Heartbeat) Stats() HeartbeatStats {
 		Ceiling:             h.ceiling,
 		LastSuccess:         h.lastSuccess,
 		ConsecutiveFailures: h.failures,
-		Suspended:           h.suspendedBy != nil,
+		Suspended:           h.applied != nil,
 		LeaseLost:           h.lostErr != nil,
+		LeaseWatched:        h.watched && h.lostErr == nil,
 		ClockMinusRecordMs:  h.clockMinus,
 		ClockJumpMs:         h.jumpMs,
 		ForwardJumps:        h.jumps,
 		ForwardJumpActive:   h.jumpActive,
 	}
-	if h.suspendedBy != nil {
-		s.SuspendReason = h.suspendedBy.Error()
+	if h.applied != nil {
+		s.SuspendReason = h.applied.Error()
 	}
 	return s
 }

@@ -13,11 +13,18 @@ import (
 	"github.com/leafbus/leafbus/snowflake"
 )
 
+// heartbeatConfig is the default heartbeat configuration for node "n1", changed by
+// edit.
+func heartbeatConfig(edit func(*HeartbeatConfig)) HeartbeatConfig {
+	cfg := DefaultHeartbeatConfig()
+	cfg.NodeID = "n1"
+	edit(&cfg)
+	return cfg
+}
+
+// newHeartbeat returns a heartbeat for cfg, logging to the test.
 func newHeartbeat(tb testing.TB, cfg HeartbeatConfig) *Heartbeat {
 	tb.Helper()
-	if cfg.NodeID == "" {
-		cfg.NodeID = "n1"
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(tb)
 	}
@@ -66,7 +73,11 @@ func TestHeartbeatRecordIsMaxOfIssuedAndClock(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			gen := &fakeGen{issued: tt.issued}
 			lease := &fakeLease{id: 2}
-			h := newHeartbeat(t, HeartbeatConfig{Lease: lease, Generator: gen, Clock: snowflake.NewFakeClock(t0)})
+			h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+				c.Lease = lease
+				c.Generator = gen
+				c.Clock = snowflake.NewFakeClock(t0)
+			}))
 			must(t, "Beat", h.Beat(context.Background()))
 			if got := lease.renewed; len(got) != 1 || got[0] != tt.want {
 				t.Fatalf("Renew got %v, want [%d]", got, tt.want)
@@ -82,7 +93,12 @@ func TestHeartbeatCeilingAfterEachBeat(t *testing.T) {
 	clock := snowflake.NewFakeClock(t0)
 	gen := &fakeGen{}
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
-	h := newHeartbeat(t, HeartbeatConfig{Lease: &fakeLease{id: 2}, Generator: gen, Cache: cache, Clock: clock})
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease = &fakeLease{id: 2}
+		c.Generator = gen
+		c.Cache = cache
+		c.Clock = clock
+	}))
 	if _, susp := gen.state(); !errors.Is(susp, ErrNotRecorded) {
 		t.Fatalf("after NewHeartbeat the generator is suspended with %v, want ErrNotRecorded", susp)
 	}
@@ -131,14 +147,33 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 
 	clock := snowflake.NewFakeClock(t0)
 	withCache := &fakeGen{}
-	h1 := newHeartbeat(t, HeartbeatConfig{NodeID: "n1", Lease: staticLease, Generator: withCache, Forever: forever, Cache: cache,
-		Clock: clock, WriteTimeout: 300 * time.Millisecond})
+	h1 := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.NodeID = "n1"
+		c.Lease = staticLease
+		c.Generator = withCache
+		c.Forever = forever
+		c.Cache = cache
+		c.Clock = clock
+		c.WriteTimeout = 300 * time.Millisecond
+	}))
 	without := &fakeGen{}
-	h2 := newHeartbeat(t, HeartbeatConfig{NodeID: "n2", Lease: staticLease, Generator: without, Forever: forever,
-		Clock: clock, WriteTimeout: 300 * time.Millisecond})
+	h2 := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.NodeID = "n2"
+		c.Lease = staticLease
+		c.Generator = without
+		c.Forever = forever
+		c.Clock = clock
+		c.WriteTimeout = 300 * time.Millisecond
+	}))
 	recording := &fakeGen{}
-	h3 := newHeartbeat(t, HeartbeatConfig{NodeID: "n3", Lease: &fakeLease{id: 5}, Generator: recording, Forever: forever,
-		Clock: clock, WriteTimeout: 300 * time.Millisecond})
+	h3 := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.NodeID = "n3"
+		c.Lease = &fakeLease{id: 5}
+		c.Generator = recording
+		c.Forever = forever
+		c.Clock = clock
+		c.WriteTimeout = 300 * time.Millisecond
+	}))
 	for _, h := range []*Heartbeat{h1, h2, h3} {
 		must(t, "Beat with KV up", h.Beat(context.Background()))
 	}
@@ -175,7 +210,12 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 func TestHeartbeatExpiringLeaseSuspendsAndResumes(t *testing.T) {
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 3, ttl: time.Second}
-	h := newHeartbeat(t, HeartbeatConfig{Lease: lease, Generator: gen, Interval: 250 * time.Millisecond, WriteTimeout: 3 * time.Second})
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease = lease
+		c.Generator = gen
+		c.Interval = 250 * time.Millisecond
+		c.WriteTimeout = 3 * time.Second
+	}))
 	must(t, "first Beat", h.Beat(context.Background()))
 	stop, _ := runHeartbeat(t, h)
 
@@ -205,7 +245,11 @@ func TestHeartbeatExpiringLeaseSuspendsAndResumes(t *testing.T) {
 func TestHeartbeatLostLeaseEndsRun(t *testing.T) {
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 3, ttl: time.Second}
-	h := newHeartbeat(t, HeartbeatConfig{Lease: lease, Generator: gen, Interval: 100 * time.Millisecond})
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease = lease
+		c.Generator = gen
+		c.Interval = 100 * time.Millisecond
+	}))
 	stop, done := runHeartbeat(t, h)
 	eventually(t, 5*time.Second, "a first ceiling", func() bool { c, _ := gen.state(); return c > 0 })
 	lease.setRenewErr(fmt.Errorf("%w: worker ID 3 is now held by node x", ErrLeaseLost))
@@ -230,10 +274,14 @@ func TestHeartbeatLostLeaseEndsRun(t *testing.T) {
 // takes the ID, and the old holder's heartbeat stops for good.
 func TestHeartbeatKVTakeoverEndsRun(t *testing.T) {
 	env := startJS(t)
-	cfg := KVRegistryConfig{MaxWorkerID: 0}
-	lease := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "a")))
+	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	gen := &fakeGen{}
-	h := newHeartbeat(t, HeartbeatConfig{NodeID: "a", Lease: lease, Generator: gen, Interval: 100 * time.Millisecond})
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.NodeID = "a"
+		c.Lease = lease
+		c.Generator = gen
+		c.Interval = 100 * time.Millisecond
+	}))
 	must(t, "Beat", h.Beat(context.Background()))
 	stop, done := runHeartbeat(t, h)
 
@@ -243,7 +291,7 @@ func TestHeartbeatKVTakeoverEndsRun(t *testing.T) {
 	must(t, "delete lease key", kv.Delete(ctx, "0"))
 	var other Lease
 	eventually(t, 5*time.Second, "another node to take worker ID 0", func() bool {
-		l, err := openKVRegistry(t, env.js, withNode(cfg, "b")).Acquire(ctx)
+		l, err := openKVRegistry(t, env.js, kvConfig("b", kvMaxWorkerID(0))).Acquire(ctx)
 		other = l
 		return err == nil
 	})
@@ -263,7 +311,12 @@ func TestHeartbeatForwardJumpCapsRecord(t *testing.T) {
 	mono := &fakeMono{}
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 1}
-	h := newHeartbeat(t, HeartbeatConfig{Lease: lease, Generator: gen, Clock: clock, Monotonic: mono.now})
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease = lease
+		c.Generator = gen
+		c.Clock = clock
+		c.Monotonic = mono.now
+	}))
 	beat := func(clockStep, monoStep time.Duration) HeartbeatStats {
 		t.Helper()
 		clock.Add(clockStep)
@@ -304,10 +357,16 @@ func TestHeartbeatCleanStop(t *testing.T) {
 	env := startJS(t)
 	forever := openForever(t, env.js)
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
-	cfg := KVRegistryConfig{MaxWorkerID: 0}
-	lease := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "a")))
+	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	gen := &fakeGen{}
-	h := newHeartbeat(t, HeartbeatConfig{NodeID: "a", Lease: lease, Generator: gen, Forever: forever, Cache: cache, Interval: 100 * time.Millisecond})
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.NodeID = "a"
+		c.Lease = lease
+		c.Generator = gen
+		c.Forever = forever
+		c.Cache = cache
+		c.Interval = 100 * time.Millisecond
+	}))
 	stop, _ := runHeartbeat(t, h)
 	eventually(t, 5*time.Second, "a first ceiling", func() bool { c, _ := gen.state(); return c > 0 })
 	borrowed := time.Now().UnixMilli() + 800
@@ -332,7 +391,7 @@ func TestHeartbeatCleanStop(t *testing.T) {
 	if e.Timestamp != final {
 		t.Fatalf("cache record = %s, want the final %s", fmtMs(e.Timestamp), fmtMs(final))
 	}
-	next := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "b")))
+	next := acquire(t, openKVRegistry(t, env.js, kvConfig("b", kvMaxWorkerID(0))))
 	if next.WorkerID() != 0 || next.Recorded() != final {
 		t.Fatalf("next holder = (ID %d, Recorded %s), want (0, %s)", next.WorkerID(), fmtMs(next.Recorded()), fmtMs(final))
 	}
@@ -342,23 +401,155 @@ func TestHeartbeatCleanStop(t *testing.T) {
 func TestHeartbeatConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
-		cfg     HeartbeatConfig
+		edit    func(*HeartbeatConfig)
 		wantErr error
+		wantMsg string
 	}{
-		{"OK", HeartbeatConfig{NodeID: "n", Lease: &fakeLease{ttl: 30 * time.Second}, Generator: &fakeGen{}}, nil},
-		{"ErrInvalidConfig/TTL", HeartbeatConfig{NodeID: "n", Lease: &fakeLease{ttl: 10 * time.Second}, Generator: &fakeGen{}}, ErrInvalidConfig},
-		{"ErrInvalidConfig/no lease", HeartbeatConfig{NodeID: "n", Generator: &fakeGen{}}, ErrInvalidConfig},
-		{"ErrInvalidConfig/interval", HeartbeatConfig{NodeID: "n", Lease: &fakeLease{}, Generator: &fakeGen{}, Interval: -time.Second}, ErrInvalidConfig},
-		{"ErrInvalidNodeID", HeartbeatConfig{NodeID: "a b", Lease: &fakeLease{}, Generator: &fakeGen{}}, ErrInvalidNodeID},
+		{"OK", func(*HeartbeatConfig) {}, nil, ""},
+		{"OK/permanent ID", func(c *HeartbeatConfig) { c.Lease = &fakeLease{} }, nil, ""},
+		{"ErrInvalidConfig/TTL", func(c *HeartbeatConfig) { c.Lease = &fakeLease{ttl: 10 * time.Second} }, ErrInvalidConfig, "lease TTL 10s is shorter than 4 x Interval 3s (12s)"},
+		{"ErrInvalidConfig/no lease", func(c *HeartbeatConfig) { c.Lease = nil }, ErrInvalidConfig, "Lease is nil"},
+		{"ErrInvalidConfig/no generator", func(c *HeartbeatConfig) { c.Generator = nil }, ErrInvalidConfig, "Generator is nil"},
+		{"ErrInvalidConfig/no monotonic clock", func(c *HeartbeatConfig) { c.Monotonic = nil }, ErrInvalidConfig, "Monotonic is nil"},
+		{"ErrInvalidConfig/interval", func(c *HeartbeatConfig) { c.Interval = -time.Second }, ErrInvalidConfig, "Interval is -1s, want > 0"},
+		{"ErrInvalidConfig/zero WriteTimeout", func(c *HeartbeatConfig) { c.WriteTimeout = 0 }, ErrInvalidConfig, "WriteTimeout is 0s, want > 0"},
+		{"ErrInvalidNodeID", func(c *HeartbeatConfig) { c.NodeID = "a b" }, ErrInvalidNodeID, "a b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
+			err := heartbeatConfig(func(c *HeartbeatConfig) {
+				c.Lease = &fakeLease{ttl: 30 * time.Second}
+				c.Generator = &fakeGen{}
+				tt.edit(c)
+			}).Validate()
 			if tt.wantErr == nil {
 				must(t, "Validate", err)
 				return
 			}
 			wantErrIs(t, "Validate", err, tt.wantErr)
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("Validate() = %q, want it to name %q", err, tt.wantMsg)
+			}
 		})
+	}
+}
+
+// A lease watch that cannot see the lease suspends the generator until it can again; a
+// renewal meanwhile does not resume it.
+func TestHeartbeatWatchSuspendsWhileUnverified(t *testing.T) {
+	gen := &fakeGen{}
+	lease := newFakeWatchedLease(3, 30*time.Second)
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease, c.Generator = lease, gen
+	}))
+	must(t, "Beat", h.Beat(context.Background()))
+	runHeartbeat(t, h)
+	if !receive(t, lease.watching, "the watch to start") {
+		t.Fatal("watch reported stopping before it started")
+	}
+
+	send(t, lease.reports, error(errors.New("connection closed")), "a report that the watch cannot see the lease")
+	eventually(t, 5*time.Second, "the generator to be suspended", func() bool {
+		_, susp := gen.state()
+		return errors.Is(susp, ErrLeaseUnverified)
+	})
+	if st := h.Stats(); !st.Suspended || !strings.Contains(st.SuspendReason, "connection closed") {
+		t.Fatalf("Stats() = %+v, want suspended naming the watch's reason", st)
+	}
+	must(t, "Beat while unverified", h.Beat(context.Background()))
+	if _, susp := gen.state(); !errors.Is(susp, ErrLeaseUnverified) {
+		t.Fatalf("after a renewal the generator is suspended with %v, want still ErrLeaseUnverified", susp)
+	}
+
+	send(t, lease.reports, nil, "a report that the watch sees the lease")
+	eventually(t, 5*time.Second, "the generator to resume", func() bool {
+		_, susp := gen.state()
+		return susp == nil
+	})
+	if st := h.Stats(); st.Suspended || st.LeaseLost {
+		t.Fatalf("Stats() = %+v, want issuing", st)
+	}
+}
+
+// A watch that reports the lease lost stops the generator for good and ends Run with
+// ErrLeaseLost, before any renewal; the lost lease is not released.
+func TestHeartbeatWatchLossEndsRun(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		end  error
+	}{
+		{"lost", fmt.Errorf("%w: lease key deleted", ErrLeaseLost)},
+		{"watch ended by itself", nil},
+		{"watch failed", errors.New("boom")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gen := &fakeGen{}
+			lease := newFakeWatchedLease(3, 30*time.Second)
+			h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+				c.Lease, c.Generator = lease, gen
+			}))
+			must(t, "Beat", h.Beat(context.Background()))
+			stop, done := runHeartbeat(t, h)
+			receive(t, lease.watching, "the watch to start")
+			send(t, lease.end, tt.end, "the end of the watch")
+			receive(t, done, "Run to return")
+			wantErrIs(t, "Run", stop(), ErrLeaseLost)
+			_, susp := gen.state()
+			wantErrIs(t, "suspension reason", susp, ErrLeaseLost)
+			if !h.Stats().LeaseLost {
+				t.Fatal("Stats().LeaseLost = false")
+			}
+			if len(lease.renewed) != 1 || len(lease.released) != 0 {
+				t.Fatalf("renewed %v, released %v: want only the first beat's renewal and no release", lease.renewed, lease.released)
+			}
+		})
+	}
+}
+
+// At a clean stop the watch ends before the release, which deletes what it watches.
+func TestHeartbeatWatchStopsBeforeRelease(t *testing.T) {
+	lease := newFakeWatchedLease(3, 30*time.Second)
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease, c.Generator = lease, &fakeGen{}
+	}))
+	stop, _ := runHeartbeat(t, h)
+	receive(t, lease.watching, "the watch to start")
+	must(t, "Run", stop())
+	if lease.releasedWatching.Load() {
+		t.Fatal("the lease was released while its watch still ran")
+	}
+	if len(lease.released) != 1 {
+		t.Fatalf("released %v, want one release", lease.released)
+	}
+}
+
+// The generator issues only when no reason to suspend holds: the watch seeing the lease
+// does not lift the beats' suspension, nor a beat the watch's.
+func TestHeartbeatSuspensionReasonsCombine(t *testing.T) {
+	gen := &fakeGen{}
+	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		c.Lease, c.Generator = &fakeLease{id: 3, ttl: 30 * time.Second}, gen
+	}))
+	steps := []struct {
+		name string
+		do   func()
+		want error // nil: issuing
+	}{
+		{"new", func() {}, ErrNotRecorded},
+		{"watch cannot see the lease", func() { h.vouch(errors.New("disconnected")) }, ErrNotRecorded},
+		{"watch sees it", func() { h.vouch(nil) }, ErrNotRecorded},
+		{"first beat", func() { must(t, "Beat", h.Beat(context.Background())) }, nil},
+		{"watch cannot see the lease again", func() { h.vouch(errors.New("disconnected")) }, ErrLeaseUnverified},
+		{"beat", func() { must(t, "Beat", h.Beat(context.Background())) }, ErrLeaseUnverified},
+		{"watch sees it again", func() { h.vouch(nil) }, nil},
+		{"lost", func() { h.loseLease(fmt.Errorf("%w: test", ErrLeaseLost)) }, ErrLeaseLost},
+		{"watch sees it after the loss", func() { h.vouch(nil) }, ErrLeaseLost},
+	}
+	for _, s := range steps {
+		s.do()
+		_, susp := gen.state()
+		if s.want == nil && susp != nil || s.want != nil && !errors.Is(susp, s.want) {
+			t.Fatalf("after %s: generator suspended with %v, want %v", s.name, susp, s.want)
+		}
 	}
 }

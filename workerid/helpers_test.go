@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,27 @@ func startJS(tb testing.TB) jsEnv {
 	return jsEnv{srv: srv, nc: nc, js: js}
 }
 
+// kvConfig is the default KV registry configuration for node, changed by edits.
+func kvConfig(node string, edits ...func(*KVRegistryConfig)) KVRegistryConfig {
+	cfg := DefaultKVRegistryConfig()
+	cfg.NodeID = node
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	return cfg
+}
+
+// kvMaxWorkerID limits a KV registry to worker IDs 0..n.
+func kvMaxWorkerID(n int64) func(*KVRegistryConfig) {
+	return func(c *KVRegistryConfig) { c.MaxWorkerID = n }
+}
+
+// kvShortTTL is the lease configuration of the expiry tests: short enough to wait out,
+// with two worker IDs.
+func kvShortTTL(c *KVRegistryConfig) {
+	c.TTL, c.RenewInterval, c.MaxWorkerID = time.Second, 250*time.Millisecond, 1
+}
+
 func openKVRegistry(tb testing.TB, js jetstream.JetStream, cfg KVRegistryConfig) *KVRegistry {
 	tb.Helper()
 	if cfg.Logger == nil {
@@ -98,6 +120,7 @@ type fakeGen struct {
 	suspended error
 	suspends  int
 	resumes   int
+	history   []error // every Suspend's reason, nil for every Resume
 }
 
 func (g *fakeGen) Issued() int64 {
@@ -124,6 +147,7 @@ func (g *fakeGen) Suspend(err error) {
 	defer g.mu.Unlock()
 	g.suspended = err
 	g.suspends++
+	g.history = append(g.history, err)
 }
 
 func (g *fakeGen) Resume() {
@@ -131,6 +155,20 @@ func (g *fakeGen) Resume() {
 	defer g.mu.Unlock()
 	g.suspended = nil
 	g.resumes++
+	g.history = append(g.history, nil)
+}
+
+// sawSuspension reports whether the generator was ever suspended for a reason wrapping
+// target.
+func (g *fakeGen) sawSuspension(target error) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, err := range g.history {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *fakeGen) state() (ceiling int64, suspended error) {
@@ -264,4 +302,73 @@ func raceAcquire[R Registry](tb testing.TB, regs []R) []int64 {
 		}
 	}
 	return ids
+}
+
+// fakeWatchedLease is a fakeLease with a watch the test drives: what it sends on reports
+// goes to the heartbeat's vouch, and an error on end ends the watch with it.
+type fakeWatchedLease struct {
+	*fakeLease
+	reports  chan error
+	end      chan error
+	watching chan bool // true when Watch starts, false when it returns
+
+	active           atomic.Bool
+	releasedWatching atomic.Bool // Release ran while Watch did
+}
+
+func newFakeWatchedLease(id int64, ttl time.Duration) *fakeWatchedLease {
+	return &fakeWatchedLease{
+		fakeLease: &fakeLease{id: id, ttl: ttl},
+		reports:   make(chan error),
+		end:       make(chan error),
+		watching:  make(chan bool, 2),
+	}
+}
+
+func (l *fakeWatchedLease) Watch(ctx context.Context, vouch func(error)) error {
+	l.active.Store(true)
+	l.watching <- true
+	defer func() {
+		l.active.Store(false)
+		l.watching <- false
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-l.reports:
+			vouch(err)
+		case err := <-l.end:
+			return err
+		}
+	}
+}
+
+func (l *fakeWatchedLease) Release(ctx context.Context, ts int64) error {
+	if l.active.Load() {
+		l.releasedWatching.Store(true)
+	}
+	return l.fakeLease.Release(ctx, ts)
+}
+
+// send hands v to the running watch, failing tb if none takes it within 5 s.
+func send[T any](tb testing.TB, ch chan<- T, v T, what string) {
+	tb.Helper()
+	select {
+	case ch <- v:
+	case <-time.After(5 * time.Second):
+		tb.Fatalf("%s: nothing took it within 5s", what)
+	}
+}
+
+// receive takes a value from ch, failing tb if none comes within 5 s.
+func receive[T any](tb testing.TB, ch <-chan T, what string) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		tb.Fatalf("%s: nothing within 5s", what)
+	}
+	panic("unreachable")
 }

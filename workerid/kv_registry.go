@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -27,68 +29,61 @@ const (
 // attempts is plenty; running out means something is badly wrong.
 const casAttempts = 16
 
-// KVRegistryConfig configures a KVRegistry. Zero values take the defaults.
+// KVRegistryConfig configures a KVRegistry. Start from DefaultKVRegistryConfig.
 type KVRegistryConfig struct {
-	// Prefix names the buckets <Prefix>_leases and <Prefix>_workers. Default "leaf".
+	// Prefix names the buckets <Prefix>_leases and <Prefix>_workers ("leaf").
 	Prefix string
 	// NodeID is written into the lease so operators can see who holds an ID. Required.
 	NodeID string
-	// MaxWorkerID is the highest ID handed out: the snowflake layout's MaxWorkerID().
-	// Default 1023.
+	// MaxWorkerID is the highest ID handed out: the snowflake layout's MaxWorkerID()
+	// (1023).
 	MaxWorkerID int64
-	// TTL is how long an ID stays leased without a Renew. It is the bucket's TTL, so every
-	// node of a deployment must use the same value (OpenKVRegistry checks). Default 30 s.
+	// TTL is how long an ID stays leased without a Renew (30 s). It is the bucket's TTL,
+	// so every node of a deployment must use the same value (OpenKVRegistry checks).
 	TTL time.Duration
-	// RenewInterval is the heartbeat interval. TTL must be at least 4 of them: the
+	// RenewInterval is the heartbeat interval (3 s). TTL must be at least 4 of them: the
 	// heartbeat suspends the generator after TTL/2 without a renewal, so TTL/2 must span
-	// two failed beats. Default 3 s.
+	// two failed beats.
 	RenewInterval time.Duration
-	// Replicas of both buckets (0 means 1).
+	// Replicas of both buckets, 1 to 5 (1).
 	Replicas int
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
 
-func (c KVRegistryConfig) withDefaults() KVRegistryConfig {
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+// DefaultKVRegistryConfig returns the defaults: prefix "leaf", worker IDs 0..1023,
+// leases of 30 s renewed every 3 s, one replica. NodeID is left for the caller.
+func DefaultKVRegistryConfig() KVRegistryConfig {
+	return KVRegistryConfig{
+		Prefix:        DefaultPrefix,
+		MaxWorkerID:   DefaultMaxWorkerID,
+		TTL:           DefaultLeaseTTL,
+		RenewInterval: DefaultRenewInterval,
+		Replicas:      1,
 	}
-	if c.MaxWorkerID == 0 {
-		c.MaxWorkerID = DefaultMaxWorkerID
-	}
-	if c.TTL == 0 {
-		c.TTL = DefaultLeaseTTL
-	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = DefaultRenewInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
 }
 
-// Validate checks the configuration (after defaults); errors wrap ErrInvalidConfig or
-// ErrInvalidNodeID.
+// Validate reports the first setting that is missing or out of range, naming the field,
+// its value and the bound; errors wrap ErrInvalidConfig or ErrInvalidNodeID.
 func (c KVRegistryConfig) Validate() error {
-	c = c.withDefaults()
+	const component = "KV registry"
+	if c.Prefix == "" {
+		return invalid(component, "Prefix is empty, want the prefix that names the buckets (%q by default)", DefaultPrefix)
+	}
 	if err := CheckNodeID(c.NodeID); err != nil {
-		return fmt.Errorf("KV registry: %w", err)
+		return fmt.Errorf("%s: NodeID: %w", component, err)
 	}
-	if c.MaxWorkerID < 0 {
-		return fmt.Errorf("%w: KV registry: MaxWorkerID %d is negative", ErrInvalidConfig, c.MaxWorkerID)
+	if err := checkMaxWorkerID(component, c.MaxWorkerID); err != nil {
+		return err
 	}
-	if c.TTL < 0 || c.RenewInterval < 0 {
-		return fmt.Errorf("%w: KV registry: TTL %s and RenewInterval %s must be positive", ErrInvalidConfig, c.TTL, c.RenewInterval)
+	if err := checkPositive(component, duration{"TTL", c.TTL}, duration{"RenewInterval", c.RenewInterval}); err != nil {
+		return err
 	}
 	if c.TTL < 4*c.RenewInterval {
-		return fmt.Errorf("%w: KV registry: lease TTL %s is shorter than 4 x the renew interval %s (%s): a lease must survive two failed renewals before the generator is suspended at TTL/2",
-			ErrInvalidConfig, c.TTL, c.RenewInterval, 4*c.RenewInterval)
+		return invalid(component, "TTL %s is shorter than 4 x RenewInterval %s (%s): a lease must survive two failed renewals before the generator is suspended at TTL/2",
+			c.TTL, c.RenewInterval, 4*c.RenewInterval)
 	}
-	if c.Replicas < 0 || c.Replicas > 5 {
-		return fmt.Errorf("%w: KV registry: Replicas %d is outside 0..5", ErrInvalidConfig, c.Replicas)
-	}
-	return nil
+	return checkReplicas(component, c.Replicas)
 }
 
 // KVRegistry leases worker IDs from JetStream KV, for deployments without ZooKeeper.
@@ -106,8 +101,12 @@ func (c KVRegistryConfig) Validate() error {
 // Each holder writes its timestamp to the workers bucket before it extends its lease, so
 // any later holder reads a record at least as high as the base of the last ceiling the
 // earlier holder was given.
+//
+// Each lease is a LeaseWatcher (kv_watch.go): its holder watches its key and stops at
+// once when anyone else deletes, purges or rewrites it.
 type KVRegistry struct {
 	cfg     KVRegistryConfig
+	nc      *nats.Conn // the JetStream's: its state tells the lease watch what it missed
 	leases  jetstream.KeyValue
 	workers jetstream.KeyValue
 }
@@ -120,7 +119,9 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	leases, err := openBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Prefix + "_leases",
 		Description: "leafbus: snowflake worker ID leases, by worker ID",
@@ -146,7 +147,7 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 	if err != nil {
 		return nil, err
 	}
-	return &KVRegistry{cfg: cfg, leases: leases, workers: workers}, nil
+	return &KVRegistry{cfg: cfg, nc: js.Conn(), leases: leases, workers: workers}, nil
 }
 
 // leaseValue is the content of a lease key.
@@ -190,7 +191,8 @@ func (r *KVRegistry) Acquire(ctx context.Context) (Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lease worker ID %d in %s: %w", id, r.leases.Bucket(), err)
 		}
-		l := &kvLease{reg: r, id: id, key: key, token: token, leaseVal: val, rev: rev}
+		l := &kvLease{reg: r, id: id, key: key, token: token, leaseVal: val}
+		l.setRev(rev)
 		recorded, err := l.claimWorker(ctx)
 		if err != nil {
 			// Give the ID back at once rather than blocking it for a TTL; best effort.
@@ -232,9 +234,30 @@ type kvLease struct {
 	mu       sync.Mutex
 	rev      uint64 // last revision of the lease key this holder wrote
 	released bool
+
+	// For the watch, which runs beside Renew (kv_watch.go).
+	releasing atomic.Bool // Release is deleting the key: the watch will see it go
+	wroteMu   sync.Mutex
+	wroteRev  uint64    // = rev, readable without waiting for a Renew in progress
+	wroteAt   time.Time // when wroteRev was written
 }
 
 var _ Lease = (*kvLease)(nil)
+
+// setRev notes rev as this holder's last write of the lease key. l.mu is held.
+func (l *kvLease) setRev(rev uint64) {
+	l.rev = rev
+	l.wroteMu.Lock()
+	l.wroteRev, l.wroteAt = rev, time.Now()
+	l.wroteMu.Unlock()
+}
+
+// lastWrite returns this holder's last write of the lease key and when it was made.
+func (l *kvLease) lastWrite() (uint64, time.Time) {
+	l.wroteMu.Lock()
+	defer l.wroteMu.Unlock()
+	return l.wroteRev, l.wroteAt
+}
 
 func (l *kvLease) WorkerID() int64    { return l.id }
 func (l *kvLease) Recorded() int64    { return l.recorded }
@@ -267,6 +290,8 @@ func (l *kvLease) Release(ctx context.Context, ts int64) error {
 	if err := l.recordWorker(ctx, ts); err != nil {
 		return err
 	}
+	l.releasing.Store(true) // the watch is to take the deletion for what it is
+	defer func() { l.releasing.Store(l.released) }()
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		err := l.reg.leases.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
 		if err == nil {
@@ -287,7 +312,7 @@ func (l *kvLease) Release(ctx context.Context, ts int64) error {
 		case holder.Token != l.token:
 			return fmt.Errorf("%w: release worker ID %d: now held by node %s", ErrLeaseLost, l.id, holder.NodeID)
 		}
-		l.rev = rev // an earlier write of ours succeeded although we saw an error
+		l.setRev(rev) // an earlier write of ours succeeded although we saw an error
 	}
 	return fmt.Errorf("release worker ID %d: lease key kept changing", l.id)
 }
@@ -297,7 +322,7 @@ func (l *kvLease) extend(ctx context.Context) error {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		rev, err := l.reg.leases.Update(ctx, l.key, l.leaseVal, l.rev)
 		if err == nil {
-			l.rev = rev
+			l.setRev(rev)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -315,7 +340,7 @@ func (l *kvLease) extend(ctx context.Context) error {
 			}
 			l.reg.cfg.Logger.Warn("worker ID lease had expired; re-created it (nobody held the ID in between)",
 				"worker_id", l.id, "ttl", l.reg.cfg.TTL)
-			l.rev = rev
+			l.setRev(rev)
 			return nil
 		case err != nil:
 			return fmt.Errorf("renew lease on worker ID %d: %w", l.id, err)
@@ -323,7 +348,7 @@ func (l *kvLease) extend(ctx context.Context) error {
 			return fmt.Errorf("%w: worker ID %d is now held by node %s", ErrLeaseLost, l.id, holder.NodeID)
 		}
 		// Our own earlier write went through although we saw an error: adopt it.
-		l.rev = rev
+		l.setRev(rev)
 	}
 	return fmt.Errorf("renew lease on worker ID %d: lease key kept changing", l.id)
 }

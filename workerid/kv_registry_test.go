@@ -14,20 +14,25 @@ import (
 func TestKVRegistryConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
-		cfg     KVRegistryConfig
+		edit    func(*KVRegistryConfig)
 		wantErr error
 		wantMsg []string
 	}{
-		{"OK/defaults", KVRegistryConfig{NodeID: "n1"}, nil, nil},
-		{"OK/4x", KVRegistryConfig{NodeID: "n1", TTL: 4 * time.Second, RenewInterval: time.Second}, nil, nil},
-		{"ErrInvalidConfig/TTL", KVRegistryConfig{NodeID: "n1", TTL: 10 * time.Second}, ErrInvalidConfig, []string{"10s", "3s"}},
-		{"ErrInvalidConfig/max", KVRegistryConfig{NodeID: "n1", MaxWorkerID: -2}, ErrInvalidConfig, []string{"-2"}},
-		{"ErrInvalidConfig/replicas", KVRegistryConfig{NodeID: "n1", Replicas: 7}, ErrInvalidConfig, []string{"7"}},
-		{"ErrInvalidNodeID", KVRegistryConfig{NodeID: "a.b"}, ErrInvalidNodeID, []string{"a.b"}},
+		{"OK/defaults", func(*KVRegistryConfig) {}, nil, nil},
+		{"OK/4x", func(c *KVRegistryConfig) { c.TTL, c.RenewInterval = 4*time.Second, time.Second }, nil, nil},
+		{"OK/only worker ID 0", kvMaxWorkerID(0), nil, nil},
+		{"ErrInvalidConfig/TTL vs RenewInterval", func(c *KVRegistryConfig) { c.TTL = 10 * time.Second }, ErrInvalidConfig, []string{"TTL 10s", "RenewInterval 3s", "12s"}},
+		{"ErrInvalidConfig/zero TTL", func(c *KVRegistryConfig) { c.TTL = 0 }, ErrInvalidConfig, []string{"TTL is 0s", "> 0"}},
+		{"ErrInvalidConfig/zero RenewInterval", func(c *KVRegistryConfig) { c.RenewInterval = 0 }, ErrInvalidConfig, []string{"RenewInterval is 0s"}},
+		{"ErrInvalidConfig/max", kvMaxWorkerID(-2), ErrInvalidConfig, []string{"MaxWorkerID is -2", ">= 0"}},
+		{"ErrInvalidConfig/replicas", func(c *KVRegistryConfig) { c.Replicas = 7 }, ErrInvalidConfig, []string{"Replicas is 7", "1 to 5"}},
+		{"ErrInvalidConfig/zero replicas", func(c *KVRegistryConfig) { c.Replicas = 0 }, ErrInvalidConfig, []string{"Replicas is 0"}},
+		{"ErrInvalidConfig/prefix", func(c *KVRegistryConfig) { c.Prefix = "" }, ErrInvalidConfig, []string{"Prefix is empty"}},
+		{"ErrInvalidNodeID", func(c *KVRegistryConfig) { c.NodeID = "a.b" }, ErrInvalidNodeID, []string{"a.b"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
+			err := kvConfig("n1", tt.edit).Validate()
 			if tt.wantErr == nil {
 				must(t, "Validate", err)
 				return
@@ -53,8 +58,8 @@ func acquire(tb testing.TB, r *KVRegistry) Lease {
 
 func TestKVRegistryTwoNodesGetDifferentIDs(t *testing.T) {
 	env := startJS(t)
-	a := acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "a"}))
-	b := acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "b"}))
+	a := acquire(t, openKVRegistry(t, env.js, kvConfig("a")))
+	b := acquire(t, openKVRegistry(t, env.js, kvConfig("b")))
 	if a.WorkerID() != 0 || b.WorkerID() != 1 {
 		t.Fatalf("worker IDs = %d, %d, want 0, 1", a.WorkerID(), b.WorkerID())
 	}
@@ -68,10 +73,10 @@ func TestKVRegistryTakesLowestFreeID(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	var leases []Lease
 	for i := range 3 {
-		leases = append(leases, acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i)})))
+		leases = append(leases, acquire(t, openKVRegistry(t, env.js, kvConfig(fmt.Sprintf("n%d", i)))))
 	}
 	must(t, "Release(1)", leases[1].Release(ctx, 1000))
-	l := acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "late"}))
+	l := acquire(t, openKVRegistry(t, env.js, kvConfig("late")))
 	if l.WorkerID() != 1 {
 		t.Fatalf("after releasing 1 of 0..2, Acquire got %d, want 1", l.WorkerID())
 	}
@@ -85,7 +90,7 @@ func TestKVRegistryConcurrentAcquireGivesDistinctIDs(t *testing.T) {
 	const n = 20
 	regs := make([]*KVRegistry, n)
 	for i := range regs {
-		regs[i] = openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i)})
+		regs[i] = openKVRegistry(t, env.js, kvConfig(fmt.Sprintf("n%d", i)))
 	}
 	ids := raceAcquire(t, regs)
 	seen := map[int64]int{}
@@ -103,28 +108,20 @@ func TestKVRegistryConcurrentAcquireGivesDistinctIDs(t *testing.T) {
 func TestKVRegistryAllTaken(t *testing.T) {
 	env := startJS(t)
 	for i := range 4 {
-		acquire(t, openKVRegistry(t, env.js, KVRegistryConfig{NodeID: fmt.Sprintf("n%d", i), MaxWorkerID: 3}))
+		acquire(t, openKVRegistry(t, env.js, kvConfig(fmt.Sprintf("n%d", i), kvMaxWorkerID(3))))
 	}
-	_, err := openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "n4", MaxWorkerID: 3}).Acquire(testCtx(t, 10*time.Second))
+	_, err := openKVRegistry(t, env.js, kvConfig("n4", kvMaxWorkerID(3))).Acquire(testCtx(t, 10*time.Second))
 	wantErrIs(t, "fifth Acquire with MaxWorkerID 3", err, ErrNoWorkerID)
 }
 
 func TestKVRegistryBucketTTLMismatch(t *testing.T) {
 	env := startJS(t)
-	openKVRegistry(t, env.js, KVRegistryConfig{NodeID: "a"})
-	_, err := OpenKVRegistry(testCtx(t, 10*time.Second), env.js, KVRegistryConfig{NodeID: "b", TTL: 40 * time.Second})
+	openKVRegistry(t, env.js, kvConfig("a"))
+	_, err := OpenKVRegistry(testCtx(t, 10*time.Second), env.js, kvConfig("b", func(c *KVRegistryConfig) { c.TTL = 40 * time.Second }))
 	wantErrIs(t, "OpenKVRegistry with another TTL", err, ErrInvalidConfig)
 	if !strings.Contains(err.Error(), "30s") || !strings.Contains(err.Error(), "40s") {
 		t.Fatalf("error %q should name both TTLs", err)
 	}
-}
-
-// shortTTL is the lease configuration of the expiry tests: short enough to wait out.
-var shortTTL = KVRegistryConfig{TTL: time.Second, RenewInterval: 250 * time.Millisecond, MaxWorkerID: 1}
-
-func withNode(cfg KVRegistryConfig, node string) KVRegistryConfig {
-	cfg.NodeID = node
-	return cfg
 }
 
 // An abandoned lease expires, another node takes the ID and starts past the previous
@@ -135,13 +132,13 @@ func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
 	old := map[int64]Lease{}
 	recorded := map[int64]int64{}
 	for i, ts := range []int64{1_700_000_000_000, 1_700_000_000_500} {
-		l := acquire(t, openKVRegistry(t, env.js, withNode(shortTTL, fmt.Sprintf("old%d", i))))
+		l := acquire(t, openKVRegistry(t, env.js, kvConfig(fmt.Sprintf("old%d", i), kvShortTTL)))
 		must(t, "Renew", l.Renew(ctx, ts))
 		old[l.WorkerID()] = l
 		recorded[l.WorkerID()] = ts
 	}
 	// Both holders now stop renewing, as if killed.
-	b := openKVRegistry(t, env.js, withNode(shortTTL, "new"))
+	b := openKVRegistry(t, env.js, kvConfig("new", kvShortTTL))
 	var got Lease
 	eventually(t, 10*time.Second, "an abandoned lease to expire", func() bool {
 		l, err := b.Acquire(ctx)
@@ -159,7 +156,7 @@ func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
 	// The failed Renew of the previous holder must not have lowered the record either.
 	must(t, "Renew by the new holder", got.Renew(ctx, 1_600_000_000_000))
 	must(t, "Release", got.Release(ctx, 1_600_000_000_000))
-	again := acquire(t, openKVRegistry(t, env.js, withNode(shortTTL, "third")))
+	again := acquire(t, openKVRegistry(t, env.js, kvConfig("third", kvShortTTL)))
 	if again.WorkerID() == got.WorkerID() && again.Recorded() < recorded[got.WorkerID()] {
 		t.Fatalf("third holder's Recorded() = %d, below %d: the record went down", again.Recorded(), recorded[got.WorkerID()])
 	}
@@ -169,7 +166,7 @@ func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
 func TestKVRegistryRenewRecreatesExpiredLease(t *testing.T) {
 	env := startJS(t)
 	ctx := testCtx(t, 30*time.Second)
-	reg := openKVRegistry(t, env.js, withNode(shortTTL, "a"))
+	reg := openKVRegistry(t, env.js, kvConfig("a", kvShortTTL))
 	l := acquire(t, reg)
 	must(t, "Renew", l.Renew(ctx, 1000))
 	kv, err := env.js.KeyValue(ctx, "leaf_leases")
@@ -179,7 +176,7 @@ func TestKVRegistryRenewRecreatesExpiredLease(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 	must(t, "Renew after expiry", l.Renew(ctx, 2000))
-	other := acquire(t, openKVRegistry(t, env.js, withNode(shortTTL, "b")))
+	other := acquire(t, openKVRegistry(t, env.js, kvConfig("b", kvShortTTL)))
 	if other.WorkerID() == l.WorkerID() {
 		t.Fatalf("another node got worker ID %d although its holder renewed it", other.WorkerID())
 	}
@@ -189,8 +186,7 @@ func TestKVRegistryRenewRecreatesExpiredLease(t *testing.T) {
 func TestKVRegistryRecordOnlyRises(t *testing.T) {
 	env := startJS(t)
 	ctx := testCtx(t, 20*time.Second)
-	cfg := KVRegistryConfig{MaxWorkerID: 0}
-	l := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "a")))
+	l := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	must(t, "Renew(5000)", l.Renew(ctx, 5000))
 	must(t, "Renew(4000)", l.Renew(ctx, 4000))
 	must(t, "Release(4500)", l.Release(ctx, 4500))
@@ -198,7 +194,7 @@ func TestKVRegistryRecordOnlyRises(t *testing.T) {
 	if err == nil {
 		t.Fatal("Renew after Release succeeded, want an error")
 	}
-	next := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "b")))
+	next := acquire(t, openKVRegistry(t, env.js, kvConfig("b", kvMaxWorkerID(0))))
 	if next.WorkerID() != 0 || next.Recorded() != 5000 {
 		t.Fatalf("next holder = (ID %d, Recorded %d), want (0, 5000)", next.WorkerID(), next.Recorded())
 	}
@@ -210,12 +206,11 @@ func TestKVRegistryRecordOnlyRises(t *testing.T) {
 func TestKVRegistryTakeover(t *testing.T) {
 	env := startJS(t)
 	ctx := context.Background()
-	cfg := KVRegistryConfig{MaxWorkerID: 0}
-	a := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "a")))
+	a := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	kv, err := env.js.KeyValue(ctx, "leaf_leases")
 	must(t, "bind leases bucket", err)
 	must(t, "delete lease key", kv.Delete(ctx, "0"))
-	b := acquire(t, openKVRegistry(t, env.js, withNode(cfg, "b")))
+	b := acquire(t, openKVRegistry(t, env.js, kvConfig("b", kvMaxWorkerID(0))))
 	wantErrIs(t, "Renew by the old holder", a.Renew(ctx, 10), ErrLeaseLost)
 	wantErrIs(t, "Release by the old holder", a.Release(ctx, 10), ErrLeaseLost)
 	must(t, "Renew by the new holder", b.Renew(ctx, 20))

@@ -45,7 +45,7 @@ const (
 	identityLockWaitSecs = 2
 )
 
-// MySQLRegistryConfig configures a MySQLRegistry. Zero values take the defaults.
+// MySQLRegistryConfig configures a MySQLRegistry. Start from DefaultMySQLRegistryConfig.
 type MySQLRegistryConfig struct {
 	// DSN is a go-sql-driver DSN naming the database that holds leaf_workerid_alloc,
 	// e.g. user:pass@tcp(db:3306)/leaf. Required.
@@ -53,7 +53,7 @@ type MySQLRegistryConfig struct {
 	// Advertise is this node's identity, ip:port (Leaf's): its row's ip_port. A node
 	// keeps its worker ID as long as it keeps this value. Required.
 	Advertise string
-	// MaxWorkerID is the highest worker ID the snowflake layout holds. Default 1023.
+	// MaxWorkerID is the highest worker ID the snowflake layout holds (1023).
 	MaxWorkerID int64
 	// CreateTable runs MySQLRegistrySchema at open (--mysql-create-table).
 	CreateTable bool
@@ -61,36 +61,33 @@ type MySQLRegistryConfig struct {
 	Logger *slog.Logger
 }
 
-func (c MySQLRegistryConfig) withDefaults() MySQLRegistryConfig {
-	if c.MaxWorkerID == 0 {
-		c.MaxWorkerID = DefaultMaxWorkerID
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
+// DefaultMySQLRegistryConfig returns the defaults: worker IDs 0..1023, the table left as
+// it is. DSN and Advertise are left for the caller.
+func DefaultMySQLRegistryConfig() MySQLRegistryConfig {
+	return MySQLRegistryConfig{MaxWorkerID: DefaultMaxWorkerID}
 }
 
-// Validate checks the configuration (after defaults); errors wrap ErrInvalidConfig.
+// maxIPPortLen is the width of leaf_workerid_alloc.ip_port.
+const maxIPPortLen = 127
+
+// Validate reports the first setting that is missing or out of range, naming the field,
+// its value and the bound; errors wrap ErrInvalidConfig.
 func (c MySQLRegistryConfig) Validate() error {
-	c = c.withDefaults()
+	const component = "MySQL registry"
 	if c.DSN == "" {
-		return fmt.Errorf("%w: MySQL registry: DSN is empty", ErrInvalidConfig)
+		return invalid(component, "DSN is empty, want user:pass@tcp(host:port)/database")
 	}
 	if _, err := mysql.ParseDSN(c.DSN); err != nil {
-		return fmt.Errorf("%w: MySQL registry: DSN: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %s: DSN: %w", ErrInvalidConfig, component, err)
 	}
 	host, port, err := net.SplitHostPort(c.Advertise)
 	if err != nil || host == "" || port == "" {
-		return fmt.Errorf("%w: MySQL registry: Advertise %q is not ip:port", ErrInvalidConfig, c.Advertise)
+		return invalid(component, "Advertise %q is not ip:port", c.Advertise)
 	}
-	if len(c.Advertise) > 127 {
-		return fmt.Errorf("%w: MySQL registry: Advertise %q is longer than the ip_port column (127)", ErrInvalidConfig, c.Advertise)
+	if len(c.Advertise) > maxIPPortLen {
+		return invalid(component, "Advertise %q has %d characters, more than the ip_port column holds (%d)", c.Advertise, len(c.Advertise), maxIPPortLen)
 	}
-	if c.MaxWorkerID < 0 {
-		return fmt.Errorf("%w: MySQL registry: MaxWorkerID %d is negative", ErrInvalidConfig, c.MaxWorkerID)
-	}
-	return nil
+	return checkMaxWorkerID(component, c.MaxWorkerID)
 }
 
 // MySQLRegistry hands out permanent worker IDs from the leaf_workerid_alloc table, the
@@ -142,7 +139,9 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	dc, err := mysql.ParseDSN(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("%w: MySQL registry: DSN: %w", ErrInvalidConfig, err)

@@ -15,6 +15,17 @@ import (
 	"github.com/leafbus/leafbus/testenv"
 )
 
+// mysqlConfig is the default MySQL registry configuration for dsn and advertise,
+// changed by edits.
+func mysqlConfig(dsn, advertise string, edits ...func(*MySQLRegistryConfig)) MySQLRegistryConfig {
+	cfg := DefaultMySQLRegistryConfig()
+	cfg.DSN, cfg.Advertise = dsn, advertise
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	return cfg
+}
+
 func TestMySQLRegistryConfigValidate(t *testing.T) {
 	const dsn = "root@tcp(127.0.0.1:3306)/leaf"
 	tests := []struct {
@@ -23,13 +34,15 @@ func TestMySQLRegistryConfigValidate(t *testing.T) {
 		wantErr error
 		wantMsg string
 	}{
-		{"OK", MySQLRegistryConfig{DSN: dsn, Advertise: "10.0.0.5:8080"}, nil, ""},
-		{"OK/IPv6", MySQLRegistryConfig{DSN: dsn, Advertise: "[::1]:8080", MaxWorkerID: 31}, nil, ""},
-		{"ErrInvalidConfig/noDSN", MySQLRegistryConfig{Advertise: "10.0.0.5:8080"}, ErrInvalidConfig, "DSN"},
-		{"ErrInvalidConfig/badDSN", MySQLRegistryConfig{DSN: "tcp(x", Advertise: "10.0.0.5:8080"}, ErrInvalidConfig, "DSN"},
-		{"ErrInvalidConfig/noPort", MySQLRegistryConfig{DSN: dsn, Advertise: "10.0.0.5"}, ErrInvalidConfig, `"10.0.0.5"`},
-		{"ErrInvalidConfig/empty", MySQLRegistryConfig{DSN: dsn}, ErrInvalidConfig, "Advertise"},
-		{"ErrInvalidConfig/max", MySQLRegistryConfig{DSN: dsn, Advertise: "10.0.0.5:8080", MaxWorkerID: -1}, ErrInvalidConfig, "-1"},
+		{"OK", mysqlConfig(dsn, "10.0.0.5:8080"), nil, ""},
+		{"OK/IPv6", mysqlConfig(dsn, "[::1]:8080", func(c *MySQLRegistryConfig) { c.MaxWorkerID = 31 }), nil, ""},
+		{"OK/only worker ID 0", mysqlConfig(dsn, "10.0.0.5:8080", func(c *MySQLRegistryConfig) { c.MaxWorkerID = 0 }), nil, ""},
+		{"ErrInvalidConfig/noDSN", mysqlConfig("", "10.0.0.5:8080"), ErrInvalidConfig, "DSN is empty"},
+		{"ErrInvalidConfig/badDSN", mysqlConfig("tcp(x", "10.0.0.5:8080"), ErrInvalidConfig, "DSN"},
+		{"ErrInvalidConfig/noPort", mysqlConfig(dsn, "10.0.0.5"), ErrInvalidConfig, `Advertise "10.0.0.5"`},
+		{"ErrInvalidConfig/empty", mysqlConfig(dsn, ""), ErrInvalidConfig, "Advertise"},
+		{"ErrInvalidConfig/long", mysqlConfig(dsn, strings.Repeat("1", 130)+":1"), ErrInvalidConfig, "132 characters"},
+		{"ErrInvalidConfig/max", mysqlConfig(dsn, "10.0.0.5:8080", func(c *MySQLRegistryConfig) { c.MaxWorkerID = -1 }), ErrInvalidConfig, "MaxWorkerID is -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,9 +63,9 @@ func TestMySQLRegistryConfigValidate(t *testing.T) {
 // cleanup.
 func openMySQLRegistry(tb testing.TB, dsn, advertise string, maxWorkerID int64) *MySQLRegistry {
 	tb.Helper()
-	r, err := OpenMySQLRegistry(testCtx(tb, 10*time.Second), MySQLRegistryConfig{
-		DSN: dsn, Advertise: advertise, MaxWorkerID: maxWorkerID, CreateTable: true, Logger: testLogger(tb),
-	})
+	r, err := OpenMySQLRegistry(testCtx(tb, 10*time.Second), mysqlConfig(dsn, advertise, func(c *MySQLRegistryConfig) {
+		c.MaxWorkerID, c.CreateTable, c.Logger = maxWorkerID, true, testLogger(tb)
+	}))
 	if err != nil {
 		tb.Fatalf("OpenMySQLRegistry(%s): %v", advertise, err)
 	}
@@ -94,13 +107,13 @@ func TestMySQLRegistryKeepsIDAcrossRestart(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	ctx := testCtx(t, 20*time.Second)
 
-	ra := openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0)
+	ra := openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	a := acquireMySQL(t, ra)
 	if a.WorkerID() != 1 || a.Recorded() != 0 || a.TTL() != 0 {
 		t.Fatalf("first node: WorkerID, Recorded, TTL = %d, %d, %s; want 1, 0, 0s (first auto-increment id, no record, permanent)",
 			a.WorkerID(), a.Recorded(), a.TTL())
 	}
-	b := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.6:8080", 0))
+	b := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.6:8080", DefaultMaxWorkerID))
 	if b.WorkerID() != 2 {
 		t.Fatalf("second node: WorkerID = %d, want 2", b.WorkerID())
 	}
@@ -109,12 +122,12 @@ func TestMySQLRegistryKeepsIDAcrossRestart(t *testing.T) {
 	ra.Close()
 
 	// The restarted node finds its row: same ID, its own record.
-	a2 := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0))
+	a2 := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	if a2.WorkerID() != 1 || a2.Recorded() != 2000 {
 		t.Fatalf("after restart: WorkerID, Recorded = %d, %d; want 1, 2000", a2.WorkerID(), a2.Recorded())
 	}
 	// A restart inserts nothing, so it burns no auto-increment value.
-	c := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.7:8080", 0))
+	c := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.7:8080", DefaultMaxWorkerID))
 	if c.WorkerID() != 3 {
 		t.Fatalf("third node after a restart: WorkerID = %d, want 3 (no id burnt by the restart)", c.WorkerID())
 	}
@@ -125,7 +138,7 @@ func TestMySQLRegistryRecordOnlyRises(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
 	ctx := testCtx(t, 20*time.Second)
-	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0))
+	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	for _, step := range []struct {
 		renew, want int64
 	}{
@@ -152,16 +165,16 @@ func TestMySQLRegistryTakesOverForkRow(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
 	ctx := testCtx(t, 20*time.Second)
-	openMySQLRegistry(t, dsn, "10.0.0.9:1", 0) // creates the table
+	openMySQLRegistry(t, dsn, "10.0.0.9:1", DefaultMaxWorkerID) // creates the table
 	_, err := db.ExecContext(ctx, "INSERT INTO leaf_workerid_alloc (id, ip, port, ip_port, max_timestamp, gmt_create) VALUES "+
 		"(7, '10.0.0.5', '8080', '10.0.0.5:8080', 1763790000123, NOW()), (8, '10.0.0.6', '8080', '10.0.0.6:8080', NULL, NOW())")
 	must(t, "insert fork rows", err)
 
-	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0))
+	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	if l.WorkerID() != 7 || l.Recorded() != 1763790000123 {
 		t.Fatalf("fork row with a timestamp: WorkerID, Recorded = %d, %d; want 7, 1763790000123", l.WorkerID(), l.Recorded())
 	}
-	n := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.6:8080", 0))
+	n := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.6:8080", DefaultMaxWorkerID))
 	if n.WorkerID() != 8 || n.Recorded() != 0 {
 		t.Fatalf("fork row with NULL max_timestamp: WorkerID, Recorded = %d, %d; want 8, 0", n.WorkerID(), n.Recorded())
 	}
@@ -177,7 +190,7 @@ func TestMySQLRegistryConcurrentAcquireGivesDistinctIDs(t *testing.T) {
 	const n = 10
 	regs := make([]*MySQLRegistry, n)
 	for i := range regs {
-		regs[i] = openMySQLRegistry(t, dsn, fmt.Sprintf("10.0.0.%d:8080", i+1), 0)
+		regs[i] = openMySQLRegistry(t, dsn, fmt.Sprintf("10.0.0.%d:8080", i+1), DefaultMaxWorkerID)
 	}
 	ids := raceAcquire(t, regs)
 	seen := map[int64]int{}
@@ -199,7 +212,7 @@ func TestMySQLRegistrySameIdentityRefused(t *testing.T) {
 	const racers = 4
 	regs := make([]*MySQLRegistry, racers)
 	for i := range regs {
-		regs[i] = openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0)
+		regs[i] = openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	}
 	ctx := testCtx(t, 30*time.Second)
 	leases := make([]Lease, racers)
@@ -277,7 +290,7 @@ func TestMySQLRegistryAboveRange(t *testing.T) {
 func TestMySQLRegistryMissingTable(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
-	_, err := OpenMySQLRegistry(testCtx(t, 10*time.Second), MySQLRegistryConfig{DSN: dsn, Advertise: "10.0.0.5:8080", Logger: testLogger(t)})
+	_, err := OpenMySQLRegistry(testCtx(t, 10*time.Second), mysqlConfig(dsn, "10.0.0.5:8080", func(c *MySQLRegistryConfig) { c.Logger = testLogger(t) }))
 	if err == nil || !strings.Contains(err.Error(), "--mysql-create-table") {
 		t.Fatalf("OpenMySQLRegistry without the table: error = %v, want one that says --mysql-create-table", err)
 	}
@@ -290,7 +303,7 @@ func TestMySQLRegistryLockConnectionLost(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
 	ctx := testCtx(t, 30*time.Second)
-	r := openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0)
+	r := openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	l := acquireMySQL(t, r)
 	killLockHolder := func() {
 		t.Helper()
@@ -313,7 +326,7 @@ func TestMySQLRegistryLockConnectionLost(t *testing.T) {
 	}
 
 	killLockHolder()
-	other := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0))
+	other := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	err := l.Renew(ctx, 2000)
 	wantErrIs(t, "Renew after another process took the identity", err, ErrLeaseLost)
 	must(t, "the new holder's Renew", other.Renew(ctx, 3000))
@@ -324,7 +337,7 @@ func TestMySQLRegistryRowDeleted(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
 	ctx := testCtx(t, 20*time.Second)
-	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0))
+	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	_, err := db.ExecContext(ctx, "DELETE FROM leaf_workerid_alloc")
 	must(t, "DELETE", err)
 	wantErrIs(t, "Renew after the row was deleted", l.Renew(ctx, 1000), ErrLeaseLost)
@@ -337,7 +350,7 @@ func TestMySQLRegistryGuardRefusesClockBehindRecord(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
 	ctx := testCtx(t, 20*time.Second)
-	r := openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0)
+	r := openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	l := acquireMySQL(t, r)
 	ahead := time.Now().Add(time.Hour).UnixMilli()
 	must(t, "Renew an hour ahead", l.Renew(ctx, ahead))
@@ -347,7 +360,10 @@ func TestMySQLRegistryGuardRefusesClockBehindRecord(t *testing.T) {
 	if l.Recorded() != ahead {
 		t.Fatalf("Recorded() = %d, want %d", l.Recorded(), ahead)
 	}
-	g, err := NewGuard(GuardConfig{NodeID: "n1", Logger: testLogger(t)})
+	g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		c.NodeID = "n1"
+		c.Logger = testLogger(t)
+	}))
 	must(t, "NewGuard", err)
 	_, err = g.Start(ctx, l)
 	wantErrIs(t, "Guard.Start with max_timestamp an hour ahead", err, ErrClockBehindRecord)
@@ -363,14 +379,14 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 	srv := testenv.StartMariaDB(t)
 	dsn := srv.NewDatabase(t)
 	ctx := testCtx(t, 60*time.Second)
-	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0))
+	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	must(t, "Renew", l.Renew(ctx, 1000))
 
 	srv.Stop()
 	dc, err := mysql.ParseDSN(dsn)
 	must(t, "ParseDSN", err)
 	dc.Timeout = time.Second
-	_, err = OpenMySQLRegistry(testCtx(t, 5*time.Second), MySQLRegistryConfig{DSN: dc.FormatDSN(), Advertise: "10.0.0.6:8080", Logger: testLogger(t)})
+	_, err = OpenMySQLRegistry(testCtx(t, 5*time.Second), mysqlConfig(dc.FormatDSN(), "10.0.0.6:8080", func(c *MySQLRegistryConfig) { c.Logger = testLogger(t) }))
 	if err == nil {
 		t.Fatalf("OpenMySQLRegistry with MariaDB stopped: want an error")
 	}
@@ -392,7 +408,7 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 		return err == nil
 	})
 	// The restart freed every named lock; Renew took the identity back.
-	_, err = openMySQLRegistry(t, dsn, "10.0.0.5:8080", 0).Acquire(ctx)
+	_, err = openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID).Acquire(ctx)
 	wantErrIs(t, "Acquire of the same identity after the restart", err, ErrIdentityInUse)
 }
 
@@ -400,7 +416,7 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 // the GREATEST update.
 func BenchmarkMySQLLeaseRenew(b *testing.B) {
 	dsn := testenv.MariaDB(b).NewDatabase(b)
-	l := acquireMySQL(b, openMySQLRegistry(b, dsn, "10.0.0.5:8080", 0))
+	l := acquireMySQL(b, openMySQLRegistry(b, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	ctx := testCtx(b, 5*time.Minute)
 	ts := time.Now().UnixMilli()
 	b.ReportAllocs()

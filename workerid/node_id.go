@@ -12,10 +12,6 @@ import (
 // else is allowed.
 var ErrInvalidNodeID = errors.New("invalid node ID")
 
-// ErrInvalidConfig is returned when a configuration value is out of range or two values
-// contradict each other; the message names the fields, values and bounds.
-var ErrInvalidConfig = errors.New("invalid configuration")
-
 // CheckNodeID returns an error wrapping ErrInvalidNodeID when id is not a valid node ID
 // (wire.CheckNodeID).
 func CheckNodeID(id string) error {

@@ -50,9 +50,33 @@ type Lease interface {
 	Release(ctx context.Context, ts int64) error
 }
 
+// LeaseWatcher is implemented by leases whose backend can tell their holder at once that
+// the lease changed under it: its KV key or ZooKeeper node deleted, purged, or rewritten
+// by someone else. Heartbeat.Run runs Watch when its lease has it, so the generator stops
+// within milliseconds of the change instead of at the next renewal.
+type LeaseWatcher interface {
+	// Watch watches the lease until ctx ends, then returns nil, or until the lease is
+	// no longer this holder's. It reports through vouch, called from Watch's goroutine
+	// (it must not block), as soon as it knows:
+	//   - vouch(nil): it sees the lease is this holder's;
+	//   - vouch(err), err wrapping ErrLeaseUnverified: it cannot see that for now (its
+	//     connection dropped, its watch broke, the lease is missing but may yet be
+	//     written again by Renew); the holder does not issue until the next vouch(nil);
+	//   - vouch(err), err wrapping ErrLeaseLost: the lease is gone or someone else's;
+	//     the holder stops for good, and Watch returns err once it has cleaned up.
+	// Watch runs beside Renew, never twice at once for one lease, and ignores the
+	// lease's own Release.
+	Watch(ctx context.Context, vouch func(error)) error
+}
+
 // ErrLeaseLost is returned when this node's worker ID lease expired or was taken over:
 // it must stop issuing snowflake IDs.
 var ErrLeaseLost = errors.New("worker ID lease lost")
+
+// ErrLeaseUnverified is the reason the generator is suspended while a lease's watch
+// cannot see whether the lease is still this node's (LeaseWatcher); it is lifted once the
+// watch sees it is.
+var ErrLeaseUnverified = errors.New("worker ID lease cannot be verified")
 
 // ErrNoWorkerID is returned by Acquire when every worker ID in range is taken.
 var ErrNoWorkerID = errors.New("no free worker ID")

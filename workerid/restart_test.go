@@ -45,7 +45,6 @@ func testRestart(t *testing.T, kv bool) {
 	env := startJS(t)
 	forever := openForever(t, env.js)
 	dir := t.TempDir()
-	regCfg := KVRegistryConfig{MaxWorkerID: 0}
 
 	type node struct {
 		id    string
@@ -55,7 +54,7 @@ func testRestart(t *testing.T, kv bool) {
 	newNode := func(id string) node {
 		n := node{id: id, cache: &CacheFile{Path: filepath.Join(dir, id+".json")}}
 		if kv {
-			n.lease = acquire(t, openKVRegistry(t, env.js, withNode(regCfg, id)))
+			n.lease = acquire(t, openKVRegistry(t, env.js, kvConfig(id, kvMaxWorkerID(0))))
 		} else {
 			reg, err := NewStaticRegistry(5, layout.MaxWorkerID())
 			must(t, "NewStaticRegistry", err)
@@ -66,15 +65,31 @@ func testRestart(t *testing.T, kv bool) {
 	}
 	start := func(n node, clock snowflake.Clock) (*snowflake.Generator, *Heartbeat, int64) {
 		t.Helper()
-		g, err := NewGuard(GuardConfig{NodeID: n.id, Forever: forever, Cache: n.cache, Clock: clock,
-			HeartbeatInterval: interval, BorrowMax: borrow, ClockWaitMax: 5 * time.Second, Logger: testLogger(t)})
+		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			c.NodeID = n.id
+			c.Forever = forever
+			c.Cache = n.cache
+			c.Clock = clock
+			c.HeartbeatInterval = interval
+			c.BorrowMax = borrow
+			c.ClockWaitMax = 5 * time.Second
+			c.Logger = testLogger(t)
+		}))
 		must(t, "NewGuard", err)
 		floor, err := g.Start(testCtx(t, 20*time.Second), n.lease)
 		must(t, "Guard.Start", err)
 		gen, err := snowflake.New(snowflake.Config{Layout: layout, WorkerID: n.lease.WorkerID(), Clock: clock, Floor: floor, BorrowMax: borrow})
 		must(t, "snowflake.New", err)
-		hb := newHeartbeat(t, HeartbeatConfig{NodeID: n.id, Lease: n.lease, Generator: gen, Forever: forever, Cache: n.cache,
-			Clock: clock, Interval: interval, BorrowMax: borrow})
+		hb := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+			c.NodeID = n.id
+			c.Lease = n.lease
+			c.Generator = gen
+			c.Forever = forever
+			c.Cache = n.cache
+			c.Clock = clock
+			c.Interval = interval
+			c.BorrowMax = borrow
+		}))
 		must(t, "first Beat", hb.Beat(context.Background()))
 		return gen, hb, floor
 	}

@@ -25,20 +25,22 @@ type TimeResponder struct {
 	sub *nats.Subscription
 }
 
-// NewTimeResponder returns a responder for nodeID on <prefix>.time ("" means "leaf").
-// clock nil means snowflake.SystemClock(); logger nil discards.
+// NewTimeResponder returns a responder for nodeID on <prefix>.time (DefaultPrefix is
+// "leaf"), answering with clock (snowflake.SystemClock() in service). logger nil
+// discards. Errors wrap ErrInvalidConfig or ErrInvalidNodeID.
 func NewTimeResponder(nc *nats.Conn, prefix, nodeID string, clock snowflake.Clock, logger *slog.Logger) (*TimeResponder, error) {
+	const component = "time responder"
 	if nc == nil {
-		return nil, fmt.Errorf("%w: time responder: no NATS connection", ErrInvalidConfig)
+		return nil, invalid(component, "NATS connection is nil")
 	}
 	if err := CheckNodeID(nodeID); err != nil {
-		return nil, fmt.Errorf("time responder: %w", err)
+		return nil, fmt.Errorf("%s: node ID: %w", component, err)
 	}
 	if prefix == "" {
-		prefix = DefaultPrefix
+		return nil, invalid(component, "prefix is empty, want the subject prefix (%q by default)", DefaultPrefix)
 	}
 	if clock == nil {
-		clock = snowflake.SystemClock()
+		return nil, invalid(component, "clock is nil, want the generator's clock (snowflake.SystemClock() in service)")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -51,6 +51,10 @@ func TestNewTimeResponderValidates(t *testing.T) {
 	if _, err := NewTimeResponder(nil, "leaf", "n1", nil, nil); err == nil {
 		t.Fatal("NewTimeResponder without a connection succeeded")
 	}
-	_, err := NewTimeResponder(env.nc, "leaf", "bad id", nil, nil)
+	_, err := NewTimeResponder(env.nc, "leaf", "bad id", snowflake.SystemClock(), nil)
 	wantErrIs(t, "NewTimeResponder with a bad node ID", err, ErrInvalidNodeID)
+	_, err = NewTimeResponder(env.nc, "", "n1", snowflake.SystemClock(), nil)
+	wantErrIs(t, "NewTimeResponder without a prefix", err, ErrInvalidConfig)
+	_, err = NewTimeResponder(env.nc, "leaf", "n1", nil, nil)
+	wantErrIs(t, "NewTimeResponder without a clock", err, ErrInvalidConfig)
 }
