@@ -1,0 +1,97 @@
+package httpapi_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/wire"
+	"github.com/leafbus/leafbus/workerid"
+)
+
+type fakeHeartbeat workerid.HeartbeatStats
+
+func (f fakeHeartbeat) Stats() workerid.HeartbeatStats { return workerid.HeartbeatStats(f) }
+
+type fakeStream []pools.StreamStats
+
+func (f fakeStream) Stats() []pools.StreamStats { return f }
+
+func TestSnowflakeState(t *testing.T) {
+	gen, clock := newSnowflakes(t, 12)
+	ids := make([]int64, 3)
+	if err := gen.Fill(ids); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(-20 * time.Millisecond) // a step back: the generator's offset
+	beat := time.Unix(1_763_792_399, 0)
+	for _, c := range []struct {
+		name string
+		hb   workerid.HeartbeatStats
+		want string
+	}{
+		{"Held", workerid.HeartbeatStats{Record: 1_763_792_400_000, LastSuccess: beat}, metrics.LeaseHeld},
+		{"Suspended", workerid.HeartbeatStats{Suspended: true, SuspendReason: "heartbeat record not written"}, metrics.LeaseSuspended},
+		{"Lost", workerid.HeartbeatStats{Suspended: true, LeaseLost: true}, metrics.LeaseLost},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := httpapi.SnowflakeState(gen, fakeHeartbeat(c.hb), "kv", 30*time.Second)()
+			if !ok || got.Lease != c.want || got.WorkerID != 12 || got.Registry != "kv" || got.LeaseTTL != 30*time.Second {
+				t.Fatalf("SnowflakeState = %+v, %v, want worker 12 from kv, lease %s, TTL 30s", got, ok, c.want)
+			}
+			if got.Offset != 20*time.Millisecond || got.Issued != sfTime.UnixMilli() || got.Record != c.hb.Record || !got.LastRecord.Equal(c.hb.LastSuccess) {
+				t.Errorf("SnowflakeState = %+v: want offset 20ms, issued %d and the heartbeat's record", got, sfTime.UnixMilli())
+			}
+		})
+	}
+	if _, ok := httpapi.SnowflakeState(nil, nil, "kv", 0)(); ok {
+		t.Error("SnowflakeState without a generator says it has a worker")
+	}
+}
+
+func TestPoolState(t *testing.T) {
+	sf, _ := newSnowflakes(t, 1)
+	batches, err := pools.New(pools.Config{
+		Specs:      []pools.Spec{{Kind: wire.Snowflake, Tag: "bulk", Size: 100, Depth: 4}},
+		Snowflakes: sf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := fakeStream{{Kind: "segment", Tag: "etl", Size: 10000, Depth: 8, Stored: 5}}
+	got := httpapi.PoolState(batches, stream)()
+	want := []metrics.Pool{
+		{Kind: "snowflake", Tag: "bulk", Where: "replies", Size: 100, Depth: 4, Ready: 0},
+		{Kind: "segment", Tag: "etl", Where: "stream", Size: 10000, Depth: 8, Ready: 5},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("PoolState = %+v, want %+v", got, want)
+	}
+	if got := httpapi.PoolState(nil, nil)(); len(got) != 0 {
+		t.Errorf("PoolState(nil, nil) = %v, want none", got)
+	}
+}
+
+type fakeSegments segment.Stats
+
+func (f fakeSegments) Stats() segment.Stats { return segment.Stats(f) }
+
+func TestHealthOf(t *testing.T) {
+	gen, clock := newSnowflakes(t, 1)
+	if err := gen.Fill(make([]int64, 1)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(-7 * time.Millisecond)
+	beat := time.Now()
+	h := httpapi.HealthOf(fakeSegments{Ready: true}, gen, fakeHeartbeat{LastSuccess: beat, SuspendReason: "x"}).Health()
+	want := httpapi.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: beat, Suspended: "x", ClockBehind: 7 * time.Millisecond}
+	if h != want {
+		t.Errorf("HealthOf = %+v, want %+v", h, want)
+	}
+	if h := httpapi.HealthOf(fakeSegments{}, nil, fakeHeartbeat{LeaseLost: true}).Health(); h.TagsLoaded || h.WorkerIDHeld {
+		t.Errorf("HealthOf of a node starting with a lost lease = %+v, want neither tags nor worker ID", h)
+	}
+}
