@@ -71,7 +71,7 @@ const (
 var retryPolicy = backoff.Policy{Min: 20 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
 // behindRecheck is how often a tag whose store went backwards is read again, to notice
-// the operator's repair. Slower than retryMax on purpose: a repair takes a person, and
+// the operator's repair. Slower than retryPolicy.Max on purpose: a repair takes a person, and
 // each recheck that finds the store still behind logs an error, so a rewound store
 // with thousands of tags in use logs hundreds of lines a second, not thousands.
 const behindRecheck = 5 * time.Second

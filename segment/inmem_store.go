@@ -93,7 +93,7 @@ func (s *InmemStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 
 // UpdateTag implements Store.
 func (s *InmemStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
-	if err := u.validate(); err != nil {
+	if err := u.Validate(); err != nil {
 		return Tag{}, err
 	}
 	s.mu.Lock()

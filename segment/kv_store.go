@@ -187,7 +187,7 @@ func (s *KVStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 
 // UpdateTag implements Store.
 func (s *KVStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
-	if err := u.validate(); err != nil {
+	if err := u.Validate(); err != nil {
 		return Tag{}, err
 	}
 	// The max_id check runs on the revision the compare-and-set writes over, so a

@@ -364,7 +364,7 @@ func (s *MySQLStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 // read under its write lock (SELECT ... FOR UPDATE), so no Take, by this store or by a
 // Leaf node, can move max_id between the check and the write.
 func (s *MySQLStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
-	if err := u.validate(); err != nil {
+	if err := u.Validate(); err != nil {
 		return Tag{}, err
 	}
 	var updated Tag
