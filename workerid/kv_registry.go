@@ -35,8 +35,10 @@ type KVRegistryConfig struct {
 	Prefix string
 	// NodeID is written into the lease so operators can see who holds an ID. Required.
 	NodeID string
-	// MaxWorkerID is the highest ID handed out: the snowflake layout's MaxWorkerID()
-	// (1023).
+	// MinWorkerID and MaxWorkerID bound the IDs handed out (--worker-id-min,
+	// --worker-id-max): 0 and the snowflake layout's MaxWorkerID() (1023) by default, a
+	// range of its own for each datacenter (worker_range.go).
+	MinWorkerID int64
 	MaxWorkerID int64
 	// TTL is how long an ID stays leased without a Renew (30 s). It is the bucket's TTL,
 	// so every node of a deployment must use the same value (OpenKVRegistry checks).
@@ -73,7 +75,7 @@ func (c KVRegistryConfig) Validate() error {
 	if err := CheckNodeID(c.NodeID); err != nil {
 		return fmt.Errorf("%s: NodeID: %w", component, err)
 	}
-	if err := checkMaxWorkerID(component, c.MaxWorkerID); err != nil {
+	if err := c.workerRange().check(component); err != nil {
 		return err
 	}
 	if err := checkPositive(component, duration{"TTL", c.TTL}, duration{"RenewInterval", c.RenewInterval}); err != nil {
@@ -85,6 +87,9 @@ func (c KVRegistryConfig) Validate() error {
 	}
 	return checkReplicas(component, c.Replicas)
 }
+
+// workerRange is MinWorkerID..MaxWorkerID.
+func (c KVRegistryConfig) workerRange() Range { return Range{Min: c.MinWorkerID, Max: c.MaxWorkerID} }
 
 // KVRegistry leases worker IDs from JetStream KV, for deployments without ZooKeeper.
 //
@@ -164,9 +169,10 @@ type workerValue struct {
 	Token     string `json:"token"`
 }
 
-// Acquire leases the lowest free worker ID. It lists the leased IDs and tries create-only
-// writes on the free ones from the lowest up; losing a race moves on to the next. When
-// every ID is leased it returns an error wrapping ErrNoWorkerID at once.
+// Acquire leases the lowest free worker ID of the range. It lists the leased IDs and
+// tries create-only writes on the free ones from the lowest up; losing a race moves on to
+// the next. When every ID in range is leased it returns an error wrapping ErrNoWorkerID
+// at once.
 func (r *KVRegistry) Acquire(ctx context.Context) (Lease, error) {
 	taken, err := r.leasedIDs(ctx)
 	if err != nil {
@@ -179,7 +185,7 @@ func (r *KVRegistry) Acquire(ctx context.Context) (Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode lease: %w", err)
 	}
-	for id := int64(0); id <= r.cfg.MaxWorkerID; id++ {
+	for id := r.cfg.MinWorkerID; id <= r.cfg.MaxWorkerID; id++ {
 		if taken[id] {
 			continue
 		}
@@ -204,7 +210,8 @@ func (r *KVRegistry) Acquire(ctx context.Context) (Lease, error) {
 			"ttl", r.cfg.TTL, "recorded", recorded, "recorded_time", fmtMs(recorded))
 		return l, nil
 	}
-	return nil, fmt.Errorf("%w: all %d worker IDs (0..%d) in %s are leased", ErrNoWorkerID, r.cfg.MaxWorkerID+1, r.cfg.MaxWorkerID, r.leases.Bucket())
+	rng := r.cfg.workerRange()
+	return nil, fmt.Errorf("%w: all %d of this deployment's %s are leased in %s", ErrNoWorkerID, rng.Len(), rng.describe(), r.leases.Bucket())
 }
 
 // leasedIDs lists the worker IDs that have a live lease.

@@ -53,9 +53,13 @@ type MySQLRegistryConfig struct {
 	// Advertise is this node's identity, ip:port (Leaf's): its row's ip_port. A node
 	// keeps its worker ID as long as it keeps this value. Required.
 	Advertise string
-	// MaxWorkerID is the highest worker ID the snowflake layout holds (1023).
+	// MinWorkerID and MaxWorkerID bound the worker IDs this registry uses
+	// (--worker-id-min, --worker-id-max): 0 and the highest the snowflake layout holds
+	// (1023) by default. A row whose id lies outside is refused (mysql_range.go).
+	MinWorkerID int64
 	MaxWorkerID int64
-	// CreateTable runs MySQLRegistrySchema at open (--mysql-create-table).
+	// CreateTable runs MySQLRegistrySchema at open (--mysql-create-table), with the
+	// table's AUTO_INCREMENT starting at MinWorkerID when that is above 0.
 	CreateTable bool
 	// Logger; nil discards. The driver's own messages go to it at debug level.
 	Logger *slog.Logger
@@ -87,7 +91,12 @@ func (c MySQLRegistryConfig) Validate() error {
 	if len(c.Advertise) > maxIPPortLen {
 		return invalid(component, "Advertise %q has %d characters, more than the ip_port column holds (%d)", c.Advertise, len(c.Advertise), maxIPPortLen)
 	}
-	return checkMaxWorkerID(component, c.MaxWorkerID)
+	return c.workerRange().check(component)
+}
+
+// workerRange is MinWorkerID..MaxWorkerID.
+func (c MySQLRegistryConfig) workerRange() Range {
+	return Range{Min: c.MinWorkerID, Max: c.MaxWorkerID}
 }
 
 // MySQLRegistry hands out permanent worker IDs from the leaf_workerid_alloc table, the
@@ -172,7 +181,7 @@ func (r *MySQLRegistry) prepare(ctx context.Context) error {
 	}
 	r.lockName = identityLockName(dbName.String, r.cfg.Advertise)
 	if r.cfg.CreateTable {
-		if _, err := r.db.ExecContext(ctx, MySQLRegistrySchema); err != nil {
+		if _, err := r.db.ExecContext(ctx, r.schema()); err != nil {
 			return fmt.Errorf("MySQL registry: create table leaf_workerid_alloc: %w", err)
 		}
 	}
@@ -225,19 +234,17 @@ func (r *MySQLRegistry) Close() {
 
 // Acquire takes this node's identity lock, then finds the node's row by ip_port or
 // inserts it. Recorded is the row's max_timestamp (0 for a new row). Errors wrap
-// ErrIdentityInUse when another process holds the identity and ErrNoWorkerID when the
-// row's id is above MaxWorkerID.
+// ErrIdentityInUse when another process holds the identity, ErrNoWorkerID when a new
+// row's id is above MaxWorkerID (the range is used up) and ErrWorkerIDOutOfRange when the
+// row's id is outside MinWorkerID..MaxWorkerID otherwise.
 func (r *MySQLRegistry) Acquire(ctx context.Context) (Lease, error) {
 	lock, err := r.lockIdentity(ctx)
 	if err != nil {
 		return nil, err
 	}
-	id, recorded, err := r.claimRow(ctx)
-	if err == nil && (id < 0 || id > r.cfg.MaxWorkerID) {
-		// The row stays: the next start finds it and says the same, no further
-		// auto-increment value is burnt, and an operator can give it a free id by hand.
-		err = fmt.Errorf("%w: worker ID %d for %s in leaf_workerid_alloc is above %d, the most the snowflake layout holds: the table's AUTO_INCREMENT has passed the range; delete the rows of nodes that are gone for good and set this row's id to a free one (UPDATE leaf_workerid_alloc SET id = <free id> WHERE ip_port = '%s')",
-			ErrNoWorkerID, id, r.cfg.Advertise, r.cfg.MaxWorkerID, r.cfg.Advertise)
+	id, recorded, inserted, err := r.claimRow(ctx)
+	if err == nil {
+		err = r.checkRow(ctx, id, inserted)
 	}
 	if err != nil {
 		discardConn(lock)
@@ -289,19 +296,19 @@ func (r *MySQLRegistry) lockHolder(ctx context.Context) string {
 }
 
 // claimRow returns the id and max_timestamp of this node's row, inserting it when there
-// is none. Reading first keeps restarts from burning auto-increment values; a duplicate
-// ip_port on insert means another process (a Leaf fork node, which takes no lock)
-// inserted it meanwhile, so it is read again.
-func (r *MySQLRegistry) claimRow(ctx context.Context) (id, recorded int64, err error) {
+// is none (inserted). Reading first keeps restarts from burning auto-increment values; a
+// duplicate ip_port on insert means another process (a Leaf fork node, which takes no
+// lock) inserted it meanwhile, so it is read again.
+func (r *MySQLRegistry) claimRow(ctx context.Context) (id, recorded int64, inserted bool, err error) {
 	for attempt := 0; attempt < mysqlClaimAttempts; attempt++ {
 		err := r.db.QueryRowContext(ctx,
 			"SELECT id, COALESCE(max_timestamp, 0) FROM leaf_workerid_alloc WHERE ip_port = ?", r.cfg.Advertise).
 			Scan(&id, &recorded)
 		if err == nil {
-			return id, recorded, nil
+			return id, recorded, false, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return 0, 0, r.tableErr("read the row of "+r.cfg.Advertise, err)
+			return 0, 0, false, r.tableErr("read the row of "+r.cfg.Advertise, err)
 		}
 		res, err := r.db.ExecContext(ctx,
 			"INSERT INTO leaf_workerid_alloc (ip, port, ip_port, max_timestamp, gmt_create, gmt_modified) VALUES (?, ?, ?, 0, NOW(), NOW())",
@@ -311,14 +318,14 @@ func (r *MySQLRegistry) claimRow(ctx context.Context) (id, recorded int64, err e
 			continue
 		}
 		if err != nil {
-			return 0, 0, r.tableErr("insert the row of "+r.cfg.Advertise, err)
+			return 0, 0, false, r.tableErr("insert the row of "+r.cfg.Advertise, err)
 		}
 		if id, err = res.LastInsertId(); err != nil {
-			return 0, 0, fmt.Errorf("MySQL registry: insert the row of %s: %w", r.cfg.Advertise, err)
+			return 0, 0, false, fmt.Errorf("MySQL registry: insert the row of %s: %w", r.cfg.Advertise, err)
 		}
-		return id, 0, nil
+		return id, 0, true, nil
 	}
-	return 0, 0, fmt.Errorf("MySQL registry: the row of %s kept appearing and vanishing in leaf_workerid_alloc", r.cfg.Advertise)
+	return 0, 0, false, fmt.Errorf("MySQL registry: the row of %s kept appearing and vanishing in leaf_workerid_alloc", r.cfg.Advertise)
 }
 
 // mysqlLease is a node's permanent worker ID from leaf_workerid_alloc.

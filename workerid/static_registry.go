@@ -28,6 +28,20 @@ func NewStaticRegistry(workerID, maxWorkerID int64) (*StaticRegistry, error) {
 	return &StaticRegistry{workerID: workerID}, nil
 }
 
+// NewStaticRegistryInRange is NewStaticRegistry for a deployment restricted to rng
+// (--worker-id-min, --worker-id-max): a workerID outside it is refused with an error
+// wrapping ErrInvalidConfig and ErrWorkerIDOutOfRange.
+func NewStaticRegistryInRange(workerID int64, rng Range) (*StaticRegistry, error) {
+	if err := rng.check("static registry"); err != nil {
+		return nil, err
+	}
+	if !rng.Contains(workerID) {
+		return nil, fmt.Errorf("%w: %w: --worker-id %d is outside this deployment's %s",
+			ErrInvalidConfig, ErrWorkerIDOutOfRange, workerID, rng.describe())
+	}
+	return &StaticRegistry{workerID: workerID}, nil
+}
+
 // Acquire returns the configured ID at once.
 func (r *StaticRegistry) Acquire(ctx context.Context) (Lease, error) {
 	if err := ctx.Err(); err != nil {

@@ -26,8 +26,8 @@ import (
 // would both find the same node, so each first takes an ephemeral node
 // /snowflake/<name>/leafbus/alive/<ip>:<port> with a create that fails when it exists:
 // only one of them runs. (It sits outside forever/, whose children Leaf parses.) The
-// sequence counter of forever/ only grows, so a sequence above MaxWorkerID is refused
-// (ErrZKSequenceOutOfRange), never folded into range.
+// sequence counter of forever/ only grows, so a sequence outside MinWorkerID..MaxWorkerID
+// is refused (ErrZKSequenceOutOfRange), never folded into range (zk_range.go).
 
 // forever is Leaf's own directory of worker IDs, one persistent sequential node per
 // ip:port.
@@ -175,6 +175,9 @@ func (r *ZKRegistry) registerForever(ctx context.Context) (Lease, error) {
 			r.log.Warn("this ip:port has several nodes under forever/ (Leaf's start-up race); using the lowest", "nodes", len(own), "node", node.name)
 		}
 	default:
+		if err := r.checkCounter(ctx); err != nil {
+			return nil, err
+		}
 		data, _ := json.Marshal(leafEndpoint{IP: r.ip, Port: r.port, Timestamp: time.Now().UnixMilli()})
 		var created string
 		err := r.call(ctx, func() (err error) {
@@ -190,14 +193,10 @@ func (r *ZKRegistry) registerForever(ctx context.Context) (Lease, error) {
 		}
 		node = n
 		r.log.Info("registered under forever/", "node", created, "worker_id", n.seq)
-		if n.seq > r.cfg.MaxWorkerID {
-			// Nothing could use it; leaving it would only confuse operators.
-			_ = r.call(context.WithoutCancel(ctx), func() error { return r.conn.Delete(created, -1) })
-		}
+		r.removeOutOfRange(ctx, created, n.seq)
 	}
-	if node.seq > r.cfg.MaxWorkerID {
-		return nil, fmt.Errorf("%w: worker ID %d from %s/%s is above %d; the sequence counter of %s only grows (removing nodes does not lower it), so use --zk-recycle or a new --zk-name once no node of this one runs",
-			ErrZKSequenceOutOfRange, node.seq, r.forever(), node.name, r.cfg.MaxWorkerID, r.forever())
+	if err := r.checkSequence(node, len(own) == 0); err != nil {
+		return nil, err
 	}
 	for _, n := range nodes {
 		if n.seq == node.seq && n.addr != node.addr {
@@ -232,9 +231,8 @@ func (r *ZKRegistry) fromCache() (Lease, error) {
 		return nil, fmt.Errorf("%w: no session with %v within %s, and the cache file gives no worker ID: %w",
 			ErrZKUnavailable, r.cfg.Servers, min(r.cfg.SessionTimeout, zkStartWait), err)
 	}
-	if e.WorkerID < 0 || e.WorkerID > r.cfg.MaxWorkerID {
-		return nil, fmt.Errorf("%w: ZooKeeper unreachable and cache file %s holds worker ID %d, outside 0..%d",
-			ErrZKUnavailable, r.cfg.Cache.Path, e.WorkerID, r.cfg.MaxWorkerID)
+	if err := r.checkCached(e); err != nil {
+		return nil, err
 	}
 	r.log.Warn("ZooKeeper unreachable: starting from the cache file; the clock guard checks its timestamp",
 		"cache", r.cfg.Cache.Path, "worker_id", e.WorkerID, "recorded_time", fmtMs(e.Timestamp))

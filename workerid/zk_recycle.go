@@ -54,7 +54,8 @@ type zkWorkerValue struct {
 	Token     string `json:"token"`
 }
 
-// acquireLease takes the lowest free worker ID as an ephemeral node of this session.
+// acquireLease takes the lowest free worker ID of the range as an ephemeral node of this
+// session.
 func (r *ZKRegistry) acquireLease(ctx context.Context) (Lease, error) {
 	granted := r.granted.Load()
 	if granted == 0 {
@@ -96,7 +97,7 @@ func (r *ZKRegistry) acquireLease(ctx context.Context) (Lease, error) {
 
 	token := rand.Text() // tells this holding apart from every other, this node's earlier ones included
 	val, _ := json.Marshal(zkLeaseValue{Advertise: r.cfg.Advertise, Token: token})
-	for id := int64(0); id <= r.cfg.MaxWorkerID; id++ {
+	for id := r.cfg.MinWorkerID; id <= r.cfg.MaxWorkerID; id++ {
 		if taken[id] {
 			continue
 		}
@@ -123,8 +124,9 @@ func (r *ZKRegistry) acquireLease(ctx context.Context) (Lease, error) {
 			"recorded", recorded, "recorded_time", fmtMs(recorded))
 		return l, nil
 	}
-	return nil, fmt.Errorf("%w: all %d worker IDs (0..%d) under %s are leased or held by Leaf-layout nodes",
-		ErrNoWorkerID, r.cfg.MaxWorkerID+1, r.cfg.MaxWorkerID, leases)
+	rng := r.cfg.workerRange()
+	return nil, fmt.Errorf("%w: all %d of this deployment's %s under %s are leased or held by Leaf-layout nodes",
+		ErrNoWorkerID, rng.Len(), rng.describe(), leases)
 }
 
 // zkRecycleLease is one session's lease on one worker ID.

@@ -24,8 +24,10 @@ var ErrZKUnavailable = errors.New("ZooKeeper unreachable")
 var ErrZKAddressInUse = errors.New("ip:port already registered by a live process")
 
 // ErrZKSequenceOutOfRange is returned by Acquire in Leaf's layout when this node's
-// sequence number (its worker ID) is above MaxWorkerID.
-var ErrZKSequenceOutOfRange = errors.New("ZooKeeper sequence number above the worker ID range")
+// sequence number (its worker ID) is outside MinWorkerID..MaxWorkerID: above it (the
+// range is used up: the error also wraps ErrNoWorkerID) or below it (it also wraps
+// ErrWorkerIDOutOfRange).
+var ErrZKSequenceOutOfRange = errors.New("ZooKeeper sequence number outside the worker ID range")
 
 // ZooKeeper registry defaults.
 const (
@@ -55,7 +57,11 @@ type ZKRegistryConfig struct {
 	// TTL is the lease time with Recycle: the session timeout asked of ZooKeeper (30 s).
 	// The heartbeat suspends the generator at TTL/2 without a renewal.
 	TTL time.Duration
-	// MaxWorkerID is the highest worker ID, the snowflake layout's (1023).
+	// MinWorkerID and MaxWorkerID bound the worker IDs this registry uses
+	// (--worker-id-min, --worker-id-max): 0 and the snowflake layout's highest (1023) by
+	// default. In Leaf's layout ZooKeeper's sequence counter picks the ID, and one outside
+	// the range is refused (zk_range.go says how to set up a datacenter's path).
+	MinWorkerID int64
 	MaxWorkerID int64
 	// Cache is the node's cache file: the fallback when ZooKeeper is unreachable at start
 	// in Leaf's layout (never with Recycle). Nil means no fallback.
@@ -93,11 +99,14 @@ func (c ZKRegistryConfig) Validate() error {
 	if err != nil || host == "" || port == "" || strings.ContainsAny(c.Advertise, "/-") {
 		return invalid(component, "Advertise %q must be ip:port (without '/' or '-', which Leaf's node names cannot hold)", c.Advertise)
 	}
-	if err := checkMaxWorkerID(component, c.MaxWorkerID); err != nil {
+	if err := c.workerRange().check(component); err != nil {
 		return err
 	}
 	return checkPositive(component, duration{"TTL", c.TTL}, duration{"SessionTimeout", c.SessionTimeout})
 }
+
+// workerRange is MinWorkerID..MaxWorkerID.
+func (c ZKRegistryConfig) workerRange() Range { return Range{Min: c.MinWorkerID, Max: c.MaxWorkerID} }
 
 // ZKRegistry hands out worker IDs from ZooKeeper, in one of two modes.
 //
