@@ -28,6 +28,12 @@ type buffer struct {
 	lastLoad time.Time
 	err      error         // why the last load failed; nil after a success
 	changed  chan struct{} // closed at each state change; made only when someone waits
+
+	// Monitoring (TagStats), counted by the loads, never by requests: segments installed,
+	// failed store calls, and the IDs of every segment installed.
+	loads, loadErrors uint64
+	loadedIDs         int64
+	loadNanos         atomic.Int64 // time spent in store calls of loads
 }
 
 // signal wakes every Fill waiting on b. Called with mu held.

@@ -433,7 +433,9 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 		b.mu.Unlock()
 
 		callCtx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
+		began := time.Now()
 		err := g.loadOnce(callCtx, b, step)
+		b.loadNanos.Add(int64(time.Since(began)))
 		cancel()
 		if err == nil {
 			return
@@ -581,6 +583,8 @@ func (g *Generator) install(b *buffer, seg *segment, used, stored int64) {
 	}
 	b.step, b.minStep, b.lastLoad, b.loaded = used, max(stored, 1), now, true
 	b.err, b.loading, b.wentBack = nil, false, false
+	b.loads++
+	b.loadedIDs += seg.size
 	if cur := b.cur.Load(); cur == nil || cur.spent() {
 		b.cur.Store(seg)
 	} else {
@@ -666,6 +670,9 @@ func (g *Generator) failed(b *buffer, err error, retryIn time.Duration) (stop bo
 	defer b.mu.Unlock()
 	if b.err == nil && !wentBack {
 		g.log.Warn("segment: load failed, retrying with back-off", "tag", b.name, "err", err, "retry_in", retryIn)
+	}
+	if !wentBack {
+		b.loadErrors++
 	}
 	b.err, b.wentBack = err, wentBack
 	b.signal()
