@@ -46,6 +46,30 @@ type Batches interface {
 	Take(kind wire.Kind, tag string, n int, enc wire.Encoding) (reply []byte, ok bool)
 }
 
+// Observer is told about every answer of the ID and decode endpoints, so that NATS and
+// HTTP requests are counted alike (*metrics.Metrics is one). It is declared here, not
+// taken from package metrics, so that the service does not depend on Prometheus.
+// Observe runs on the request path: it must not block, and should not allocate.
+type Observer interface {
+	// Observe records one answer: transport is TransportNATS; kind "segment",
+	// "snowflake" or KindDecode; code 200 or the error's wire code; seconds from the
+	// request's arrival to its answer; ids how many IDs it carried (0 for an error).
+	Observe(transport, kind string, code int, seconds float64, ids int)
+}
+
+// rejecter is the optional part of an Observer that counts requests refused at once
+// because MaxWaiting requests were already waiting (*metrics.Metrics has it).
+type rejecter interface {
+	Rejected(transport string)
+}
+
+// The transport and the kind of decode requests as the service reports them to its
+// Observer: the label values of package metrics (metrics.NATS, metrics.KindDecode).
+const (
+	TransportNATS = "nats"
+	KindDecode    = "decode"
+)
+
 // Config describes the micro service a dispenser runs. Sources left nil answer 503.
 type Config struct {
 	Prefix   string // subject prefix, service name and queue group ("leaf")
@@ -69,6 +93,12 @@ type Config struct {
 	// Stats adds data to an endpoint's $SRV.STATS entry ("segment", "snowflake", ...).
 	Stats  func(endpoint string) any
 	Logger *slog.Logger
+
+	// Observer, when set, is told about every answer of the ID and decode endpoints.
+	Observer Observer
+	// Metadata is added to the service's $SRV.INFO metadata (the dispenser's node_id and
+	// worker_id, which discovery reads); max_batch is always there and set by MaxBatch.
+	Metadata map[string]string
 }
 
 // DefaultConfig is the configuration of the protocol's defaults.
@@ -131,6 +161,9 @@ type Service struct {
 	bufs     sync.Pool // *[]byte
 
 	segStats, sfStats endpointCounters
+	observer          Observer  // nil: nothing observed
+	rejecter          rejecter  // nil: the Observer does not count refusals
+	epoch             time.Time // requests are timed from here on the monotonic clock alone
 	stopOnce          sync.Once
 	stopErr           error
 }
@@ -168,7 +201,10 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		snowflakeSubject: wire.Subjects{Prefix: cfg.Prefix}.IDsPrefix(wire.Snowflake),
 		refused:          map[string]*atomic.Uint64{},
 		waiting:          make(chan struct{}, cfg.MaxWaiting),
+		observer:         cfg.Observer,
+		epoch:            time.Now(),
 	}
+	s.rejecter, _ = cfg.Observer.(rejecter)
 	s.guard = newReplyGuard(s.subjects, logger)
 	endpoints := s.endpoints()
 	for _, e := range endpoints {
@@ -179,7 +215,7 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		Version:     cfg.Version,
 		Description: "Leaf ID dispenser: segment and snowflake IDs over NATS",
 		QueueGroup:  cfg.Prefix,
-		Metadata:    map[string]string{"max_batch": strconv.Itoa(cfg.MaxBatch)},
+		Metadata:    cfg.metadata(),
 		StatsHandler: func(e *micro.Endpoint) any {
 			return s.endpointStats(e.Name)
 		},
@@ -205,6 +241,16 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("register service %q with the NATS server: %w", cfg.Prefix, err)
 	}
 	return s, nil
+}
+
+// metadata is the $SRV.INFO metadata: Metadata's entries and max_batch.
+func (c Config) metadata() map[string]string {
+	m := make(map[string]string, len(c.Metadata)+1)
+	for k, v := range c.Metadata {
+		m[k] = v
+	}
+	m["max_batch"] = strconv.Itoa(c.MaxBatch)
+	return m
 }
 
 // endpoint is one subject of the service and its handler.
@@ -297,56 +343,87 @@ func (s *Service) handleIDs(kind wire.Kind) micro.HandlerFunc {
 		subjectPrefix, counters = s.snowflakeSubject, &s.sfStats
 	}
 	return func(req micro.Request) {
-		subject := req.Subject()
-		tag := subject[min(len(subjectPrefix), len(subject)):]
-		if err := wire.CheckTag(tag); err != nil {
-			s.fail(req, counters, err)
-			return
+		start := s.clock()
+		n, err := s.serveIDs(req, kind, subjectPrefix, counters, start)
+		switch {
+		case err != nil:
+			s.observe(kind.String(), s.fail(req, counters, err), start, 0)
+		case n > 0:
+			s.observe(kind.String(), codeOK, start, n)
 		}
-		n, err := wire.ParseCount(req.Data(), s.cfg.MaxBatch)
-		if err != nil {
-			s.fail(req, counters, err)
-			return
+	}
+}
+
+// codeOK is the code an Observer is told for a success, as HTTP has it.
+const codeOK = 200
+
+// serveIDs parses one ID request and answers it with IDs, returning how many; or returns
+// the error to answer instead; or hands the request to waitForSegment, which answers
+// and observes it later, and returns 0 and no error.
+func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix string, counters *endpointCounters, start time.Duration) (int, error) {
+	subject := req.Subject()
+	tag := subject[min(len(subjectPrefix), len(subject)):]
+	if err := wire.CheckTag(tag); err != nil {
+		return 0, err
+	}
+	n, err := wire.ParseCount(req.Data(), s.cfg.MaxBatch)
+	if err != nil {
+		return 0, err
+	}
+	enc, err := wire.ParseEncoding(req.Headers().Get(wire.EncodingHeader))
+	if err != nil {
+		return 0, err
+	}
+	if s.cfg.Batches != nil {
+		if reply, ok := s.cfg.Batches.Take(kind, tag, n, enc); ok {
+			counters.pooled.Add(1)
+			counters.idsIssued.Add(uint64(n))
+			s.respond(req, reply)
+			return n, nil
 		}
-		enc, err := wire.ParseEncoding(req.Headers().Get(wire.EncodingHeader))
-		if err != nil {
-			s.fail(req, counters, err)
-			return
+	}
+	p := s.getIDs(n)
+	ids := *p
+	switch kind {
+	case wire.Snowflake:
+		if s.cfg.Snowflakes == nil {
+			err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
+		} else {
+			err = s.cfg.Snowflakes.Fill(ids)
 		}
-		if s.cfg.Batches != nil {
-			if reply, ok := s.cfg.Batches.Take(kind, tag, n, enc); ok {
-				counters.pooled.Add(1)
-				counters.idsIssued.Add(uint64(n))
-				s.respond(req, reply)
-				return
-			}
+	default:
+		if s.cfg.Segments == nil {
+			err = fmt.Errorf("%w: segment IDs are not configured on this dispenser", wire.ErrUnavailable)
+			break
 		}
-		ids := s.getIDs(n)
-		switch kind {
-		case wire.Snowflake:
-			if s.cfg.Snowflakes == nil {
-				err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
-			} else {
-				err = s.cfg.Snowflakes.Fill(ids)
-			}
-		default:
-			if s.cfg.Segments == nil {
-				err = fmt.Errorf("%w: segment IDs are not configured on this dispenser", wire.ErrUnavailable)
-				break
-			}
-			var ok bool
-			if ok, err = s.cfg.Segments.TryFill(tag, ids); err == nil && !ok {
-				s.waitForSegment(req, tag, ids, enc)
-				return
-			}
+		var ok bool
+		if ok, err = s.cfg.Segments.TryFill(tag, ids); err == nil && !ok {
+			s.waitForSegment(req, tag, p, enc, start)
+			return 0, nil
 		}
-		if err != nil {
-			s.putIDs(ids)
-			s.fail(req, counters, err)
-			return
-		}
-		counters.idsIssued.Add(uint64(n))
-		s.respondIDs(req, ids, enc)
+	}
+	if err != nil {
+		s.putIDs(p)
+		return 0, err
+	}
+	counters.idsIssued.Add(uint64(n))
+	s.respondIDs(req, p, enc)
+	return n, nil
+}
+
+// clock is the time since the service started, when there is an Observer to time
+// requests for: one read of the monotonic clock, where time.Now reads the wall clock too.
+func (s *Service) clock() time.Duration {
+	if s.observer == nil {
+		return 0
+	}
+	return time.Since(s.epoch)
+}
+
+// observe tells the Observer about one answer of kind, received at start (clock).
+func (s *Service) observe(kind string, code int, start time.Duration, ids int) {
+	if s.observer != nil {
+		s.observer.Observe(TransportNATS, kind, code, (s.clock() - start).Seconds(), ids)
 	}
 }
 
@@ -354,13 +431,17 @@ func (s *Service) handleIDs(kind wire.Kind) micro.HandlerFunc {
 // the first time, or both buffers spent while the next segment loads) off the delivery
 // goroutine, so other tags keep being served meanwhile. It answers through the reply
 // subject, not req: micro reads req's state once the handler returns.
-func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc wire.Encoding) {
+func (s *Service) waitForSegment(req micro.Request, tag string, p *[]int64, enc wire.Encoding, start time.Duration) {
+	kind, ids := wire.Segment.String(), *p
 	if err := s.startWaiter(); err != nil {
-		s.putIDs(ids)
+		s.putIDs(p)
 		if errors.Is(err, errOverloaded) {
 			s.segStats.overloaded.Add(1)
+			if s.rejecter != nil {
+				s.rejecter.Rejected(TransportNATS)
+			}
 		}
-		s.fail(req, &s.segStats, err)
+		s.observe(kind, s.fail(req, &s.segStats, err), start, 0)
 		return
 	}
 	s.segStats.waited.Add(1)
@@ -373,22 +454,25 @@ func (s *Service) waitForSegment(req micro.Request, tag string, ids []int64, enc
 			if ctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
 				err = fmt.Errorf("%w: no segment for %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
 			}
-			s.putIDs(ids)
+			s.putIDs(p)
 			s.segStats.waitErrors.Add(1)
 			code, desc := s.describe(subject, &s.segStats, err)
 			s.publish(subject, &nats.Msg{Subject: reply, Header: nats.Header{
 				wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
 				wire.ServiceErrorHeader:     []string{desc},
 			}})
+			s.observe(kind, code, start, 0)
 			return
 		}
-		s.segStats.idsIssued.Add(uint64(len(ids)))
-		bp := s.getBuf(len(ids) * wire.MaxTextID)
+		n := len(ids)
+		s.segStats.idsIssued.Add(uint64(n))
+		bp := s.getBuf(n * wire.MaxTextID)
 		b := wire.AppendIDs((*bp)[:0], ids, enc)
-		s.putIDs(ids)
+		s.putIDs(p)
 		s.publish(subject, &nats.Msg{Subject: reply, Data: b})
 		*bp = b
 		s.bufs.Put(bp)
+		s.observe(kind, codeOK, start, n)
 	}()
 }
 
@@ -398,10 +482,11 @@ func (s *Service) publish(subject string, m *nats.Msg) {
 	}
 }
 
-func (s *Service) respondIDs(req micro.Request, ids []int64, enc wire.Encoding) {
+func (s *Service) respondIDs(req micro.Request, p *[]int64, enc wire.Encoding) {
+	ids := *p
 	bp := s.getBuf(len(ids) * wire.MaxTextID)
 	b := wire.AppendIDs((*bp)[:0], ids, enc)
-	s.putIDs(ids)
+	s.putIDs(p)
 	s.respond(req, b) // the connection copies the reply into its write buffer
 	*bp = b
 	s.bufs.Put(bp)
@@ -413,13 +498,14 @@ func (s *Service) respond(req micro.Request, b []byte) {
 	}
 }
 
-// fail answers an error with its wire code; a 500 is logged in full since the wire
-// only says "internal error".
-func (s *Service) fail(req micro.Request, counters *endpointCounters, err error) {
+// fail answers an error with its wire code, which it returns; a 500 is logged in full
+// since the wire only says "internal error".
+func (s *Service) fail(req micro.Request, counters *endpointCounters, err error) int {
 	code, desc := s.describe(req.Subject(), counters, err)
 	if rerr := req.Error(strconv.Itoa(code), desc, nil); rerr != nil {
 		s.logger.Warn("error reply not sent", "subject", req.Subject(), "code", code, "err", rerr)
 	}
+	return code
 }
 
 // describe turns err into its wire code and description, logging a 500 in full and
@@ -435,15 +521,19 @@ func (s *Service) describe(subject string, counters *endpointCounters, err error
 	return code, desc
 }
 
-func (s *Service) getIDs(n int) []int64 {
+// getIDs returns a slice of n IDs from the pool. Give the same pointer back with
+// putIDs: a new pointer to the slice would be an allocation per request.
+func (s *Service) getIDs(n int) *[]int64 {
 	if p, ok := s.ids.Get().(*[]int64); ok && cap(*p) >= n {
-		return (*p)[:n]
+		*p = (*p)[:n]
+		return p
 	}
-	return make([]int64, n, max(n, 16))
+	ids := make([]int64, n, max(n, 16))
+	return &ids
 }
 
-func (s *Service) putIDs(ids []int64) {
-	s.ids.Put(&ids)
+func (s *Service) putIDs(p *[]int64) {
+	s.ids.Put(p)
 }
 
 func (s *Service) getBuf(n int) *[]byte {
@@ -455,28 +545,33 @@ func (s *Service) getBuf(n int) *[]byte {
 }
 
 func (s *Service) handleDecode(req micro.Request) {
-	id, err := wire.ParseID(req.Data())
+	start := s.clock()
+	b, err := s.decode(req.Data())
 	if err != nil {
-		s.fail(req, nil, err)
+		s.observe(KindDecode, s.fail(req, nil, err), start, 0)
 		return
+	}
+	s.respond(req, b)
+	s.observe(KindDecode, codeOK, start, 0)
+}
+
+// decode is the JSON answer of a decode request's body.
+func (s *Service) decode(body []byte) ([]byte, error) {
+	id, err := wire.ParseID(body)
+	if err != nil {
+		return nil, err
 	}
 	d, err := s.cfg.Layout.Decode(id)
 	if err != nil {
-		s.fail(req, nil, err)
-		return
+		return nil, err
 	}
-	b, err := json.Marshal(wire.DecodedID{
+	return json.Marshal(wire.DecodedID{
 		ID:        strconv.FormatInt(d.ID, 10),
 		Timestamp: d.Timestamp,
 		Time:      d.Time().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
 		WorkerID:  d.WorkerID,
 		Sequence:  d.Sequence,
 	})
-	if err != nil {
-		s.fail(req, nil, err)
-		return
-	}
-	s.respond(req, b)
 }
 
 func (s *Service) endpointStats(name string) any {
