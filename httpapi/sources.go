@@ -30,6 +30,34 @@ type SegmentStats interface {
 	Stats() segment.Stats
 }
 
+// TagStatsSource is what *segment.Generator offers for the per-tag figures.
+type TagStatsSource interface {
+	TagStats() []segment.TagStats
+}
+
+// SegmentState returns a metrics.Sources.SegmentTags func: each tag's double buffer
+// from the generator, ranked by IDs issued where a bound applies.
+func SegmentState(gen TagStatsSource) func() []metrics.SegmentTag {
+	return func() []metrics.SegmentTag {
+		if gen == nil {
+			return nil
+		}
+		stats := gen.TagStats()
+		out := make([]metrics.SegmentTag, 0, len(stats))
+		for _, t := range stats {
+			out = append(out, metrics.SegmentTag{
+				Tag:       t.Tag,
+				Current:   metrics.Segment(t.Current),
+				Next:      metrics.Segment(t.Next),
+				NextReady: t.NextReady, Step: t.Step, Issued: t.Issued,
+				Loads: t.Loads, LoadErrors: t.LoadErrors, LoadSeconds: t.LoadTime.Seconds(),
+				LastLoad: t.LastLoad, LastError: t.LastError,
+			})
+		}
+		return out
+	}
+}
+
 // SnowflakeState returns a metrics.Sources.Snowflake func: the generator's clock
 // figures and the heartbeat's record and lease, with the registry the worker ID came
 // from (--worker-registry) and the lease's TTL (0: held for good).

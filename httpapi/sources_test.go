@@ -20,6 +20,29 @@ type fakeStream []pools.StreamStats
 
 func (f fakeStream) Stats() []pools.StreamStats { return f }
 
+type fakeTagStats []segment.TagStats
+
+func (f fakeTagStats) TagStats() []segment.TagStats { return f }
+
+func TestSegmentState(t *testing.T) {
+	last := time.Unix(1_763_792_399, 0)
+	got := httpapi.SegmentState(fakeTagStats{{
+		Tag: "orders", Current: segment.Range{Value: 5, Max: 11, Step: 10}, Next: segment.Range{Value: 11, Max: 31, Step: 20},
+		NextReady: true, Step: 20, Issued: 4, Loads: 2, LoadErrors: 1, LoadTime: 1500 * time.Millisecond,
+		LastLoad: last, LastError: "boom",
+	}})()
+	want := metrics.SegmentTag{
+		Tag: "orders", Current: metrics.Segment{Value: 5, Max: 11, Step: 10}, Next: metrics.Segment{Value: 11, Max: 31, Step: 20},
+		NextReady: true, Step: 20, Issued: 4, Loads: 2, LoadErrors: 1, LoadSeconds: 1.5, LastLoad: last, LastError: "boom",
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("SegmentState = %+v\nwant [%+v]", got, want)
+	}
+	if got := httpapi.SegmentState(nil)(); got != nil {
+		t.Errorf("SegmentState(nil) = %+v, want nil", got)
+	}
+}
+
 func TestSnowflakeState(t *testing.T) {
 	gen, clock := newSnowflakes(t, 12)
 	ids := make([]int64, 3)
