@@ -50,6 +50,7 @@ func (d *Dispenser) startNATS(context.Context) error {
 		}
 		e, err := StartEmbedded(EmbeddedConfig{
 			Listen: cfg.Listen, DataDir: cfg.DataDir, Monitor: cfg.Monitor, Name: cfg.NodeID, Logger: d.log,
+			ConfigFile: cfg.NATSConfig, InsecureListen: cfg.InsecureListen, loopback: d.opts.loopback,
 		})
 		if err != nil {
 			return err
@@ -69,13 +70,10 @@ func (d *Dispenser) startNATS(context.Context) error {
 	return nil
 }
 
-// connect opens a connection named name: in process to the embedded server, or to --nats
-// with the configured credentials.
+// connect opens a connection named name with the configured credentials: in process to
+// the embedded server, or to --nats (auth.go).
 func (d *Dispenser) connect(name string) (*nats.Conn, error) {
-	if d.embedded != nil {
-		return d.embedded.Connect(nats.Name(name))
-	}
-	return d.cfg.connConfig(name).Connect(d.log)
+	return d.connectAs(name, Credentials{})
 }
 
 // openSegmentStore opens the configured store and creates the sample tag (with the KV
@@ -166,7 +164,7 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 // write the last record.
 func (d *Dispenser) startService(context.Context) error {
 	cfg := d.cfg
-	svcConn, err := d.connect("leafbus service " + cfg.NodeID)
+	svcConn, err := d.connectAs("leafbus service "+cfg.NodeID, cfg.ServiceAuth)
 	if err != nil {
 		return err
 	}
@@ -189,5 +187,5 @@ func (d *Dispenser) startService(context.Context) error {
 	}
 	d.svc = svc
 	d.onClose("service", svc.Stop)
-	return nil
+	return d.checkServicePermissions(svcConn)
 }

@@ -108,6 +108,7 @@ func (c Config) Validate() error {
 		add("--node-id: %w", err)
 	}
 	errs = append(errs, c.checkNATS()...)
+	errs = append(errs, c.checkAuth()...)
 	if c.DataDir == "" {
 		add("--data-dir is empty: the worker-ID cache file lives there")
 	}

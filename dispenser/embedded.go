@@ -18,8 +18,19 @@ type EmbeddedConfig struct {
 	Listen  string // client address, host:port; port 0 picks a free one
 	DataDir string // JetStream keeps its streams (KV buckets, pools) under here
 	Monitor string // host:port of the HTTP monitoring endpoint; "" keeps it off
-	Name    string // server name (shows in monitoring and cluster views)
+	Name    string // server name (shows in monitoring and cluster views) unless ConfigFile names it
 	Logger  *slog.Logger
+
+	// ConfigFile is a nats-server configuration file (--nats-config): accounts, users,
+	// permissions, TLS, clustering. Listen, DataDir and Monitor still decide the client
+	// address, the JetStream store and the monitoring address (embedded_config.go).
+	ConfigFile string
+	// InsecureListen lets the server listen on a non-loopback address when nothing
+	// authenticates clients (--insecure-listen); without it StartEmbedded refuses with
+	// ErrUnauthenticatedListen.
+	InsecureListen bool
+
+	loopback func(host string) bool // tests only: which hosts count as loopback; nil = isLoopback
 }
 
 // Validate checks the addresses and the data dir.
@@ -40,7 +51,8 @@ func (c EmbeddedConfig) Validate() error {
 
 // Embedded is a running in-process NATS server with JetStream.
 type Embedded struct {
-	srv *server.Server
+	srv      *server.Server
+	insecure string // the warning to repeat while it runs exposed without authentication; "" if not
 }
 
 // StartEmbedded starts the server and waits until it accepts clients.
@@ -48,28 +60,27 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	host, port, _ := splitHostPort(cfg.Listen)
-	opts := &server.Options{
-		ServerName: cfg.Name,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   cfg.DataDir,
-		NoSigs:     true, // the dispenser owns signals and shuts the server down itself
-	}
-	if opts.Port == 0 {
-		opts.Port = server.RANDOM_PORT
-	}
-	if cfg.Monitor != "" {
-		opts.HTTPHost, opts.HTTPPort, _ = splitHostPort(cfg.Monitor)
-	}
-	srv, err := server.NewServer(opts)
+	opts, notes, err := cfg.serverOptions()
 	if err != nil {
-		return nil, fmt.Errorf("configure embedded NATS server: %w", err)
+		return nil, err
+	}
+	insecure, err := cfg.checkExposure(opts)
+	if err != nil {
+		return nil, err
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	for _, n := range notes {
+		logger.Info(n)
+	}
+	if insecure != "" {
+		logger.Warn(insecure)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("configure embedded NATS server: %w", err)
 	}
 	srv.SetLoggerV2(&serverLogger{logger.With("component", "nats-server")}, false, false, false)
 	go srv.Start() // Start returns once the listeners run; Shutdown stops everything it started
@@ -77,7 +88,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded NATS server on %s not ready within 30s (is the port taken? is %s writable?)", cfg.Listen, cfg.DataDir)
 	}
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, insecure: insecure}, nil
 }
 
 // ClientURL is the nats:// URL other processes use.
@@ -88,7 +99,7 @@ func (e *Embedded) Addr() *net.TCPAddr { return e.srv.Addr().(*net.TCPAddr) }
 
 // Connect opens an in-process connection (no TCP round trip for the dispenser itself).
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.InProcessServer(e.srv)}, opts...)
+	opts = append([]nats.Option{nats.InProcessServer(inProcessServer{e.srv})}, opts...)
 	return nats.Connect("", opts...)
 }
 

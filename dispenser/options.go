@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
@@ -26,6 +27,11 @@ type options struct {
 	// afterStep, when set (tests only), runs after each step of New and fails the start
 	// with its error: the way to fail a step that has nothing else to fail.
 	afterStep func(step string, d *Dispenser) error
+
+	// Tests only: which --listen hosts count as loopback (nil: isLoopback), and how
+	// often the --insecure-listen warning repeats (0: insecureWarnEvery).
+	loopback          func(host string) bool
+	insecureWarnEvery time.Duration
 }
 
 // WithLogger sends the dispenser's logs to l (the default discards them).

@@ -51,6 +51,7 @@ Flags:
 	fs.StringVar(&c.Monitor, "monitor", c.Monitor, "HTTP monitoring address (host:port) of the embedded NATS server; off when empty")
 	fs.StringVar(&c.NATS, "nats", c.NATS, "comma-separated NATS server URLs to join instead of embedding a server")
 	c.Conn.RegisterFlags(fs)
+	c.registerSecurityFlags(fs)
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "subject prefix; also names the service, queue group, KV buckets and pool stream")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this dispenser's identity (its heartbeat key): 1-64 of A-Z a-z 0-9 _ -")
 	fs.StringVar(&c.Advertise, "advertise", c.Advertise, "ip:port this node registers under with the zk and mysql registries (Leaf's identity); default: first non-loopback IPv4 and --listen's port")
