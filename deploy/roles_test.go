@@ -19,6 +19,7 @@ import (
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
@@ -170,7 +171,9 @@ func TestRoles(t *testing.T) {
 			t.Fatalf("read heartbeat: %+v, %v", r, err)
 		}
 
-		reg, err := workerid.OpenKVRegistry(ctx, js, workerid.KVRegistryConfig{NodeID: "node-1", Logger: logger})
+		regCfg := workerid.DefaultKVRegistryConfig()
+		regCfg.NodeID, regCfg.Logger = "node-1", logger
+		reg, err := workerid.OpenKVRegistry(ctx, js, regCfg)
 		if err != nil {
 			t.Fatalf("open the worker-ID registry: %v", err)
 		}
@@ -259,7 +262,7 @@ func TestRoles(t *testing.T) {
 	}
 
 	if !t.Run("dispenser/time", func(t *testing.T) {
-		tr, err := workerid.NewTimeResponder(disp.Conn, "leaf", "node-1", nil, logger)
+		tr, err := workerid.NewTimeResponder(disp.Conn, "leaf", "node-1", snowflake.SystemClock(), logger)
 		if err != nil {
 			t.Fatal(err)
 		}
