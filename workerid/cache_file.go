@@ -18,11 +18,17 @@ type CacheFile struct {
 	Path string
 }
 
-// CacheEntry is the content of the cache file.
+// CacheEntry is the content of the cache file. Ceiling is as in Record. Owner is the
+// token this node puts in its ZooKeeper alive node (Leaf's layout): a restart that finds
+// the alive node of an earlier session holding the token of its own cache file knows
+// that session was this node's, and takes the node over instead of waiting for the
+// session to expire (zk_leaf.go).
 type CacheEntry struct {
 	NodeID    string `json:"node_id"`
 	WorkerID  int64  `json:"worker_id"`
 	Timestamp int64  `json:"timestamp"`
+	Ceiling   int64  `json:"ceiling,omitempty"`
+	Owner     string `json:"owner,omitempty"`
 }
 
 // Load reads the file. A missing file is an error wrapping ErrNoRecord; a file that

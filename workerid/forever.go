@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -15,10 +16,22 @@ var ErrNoRecord = errors.New("no record")
 // Record is what a node reports every heartbeat, in the forever bucket (PROTOCOL.md) and
 // in the cache file: its worker ID and the highest timestamp (Unix ms) it may have
 // issued.
+//
+// Ceiling, when set, is the most the node's generator was allowed to issue on the
+// strength of this record (Timestamp + heartbeat interval + that run's borrow-max), so a
+// restart with a smaller --borrow-max still waits past everything the previous run may
+// have issued. NodeID names the writer in a worker ID's record (key WorkerKey(id)).
+// Both are left out of the JSON when empty, so a node's record keeps PROTOCOL.md's bytes.
 type Record struct {
-	WorkerID  int64 `json:"worker_id"`
-	Timestamp int64 `json:"timestamp"`
+	WorkerID  int64  `json:"worker_id"`
+	Timestamp int64  `json:"timestamp"`
+	Ceiling   int64  `json:"ceiling,omitempty"`
+	NodeID    string `json:"node_id,omitempty"`
 }
+
+// WorkerKey is the forever bucket's key of worker ID id's record ("worker-3"): what must
+// never repeat is a (worker ID, timestamp) pair, whichever node holds the ID.
+func WorkerKey(id int64) string { return "worker-" + strconv.FormatInt(id, 10) }
 
 // ForeverBucket is the name of the forever bucket for a subject prefix ("leaf_forever").
 func ForeverBucket(prefix string) string { return prefix + "_forever" }
@@ -78,6 +91,68 @@ func (f *Forever) Put(ctx context.Context, nodeID string, r Record) error {
 		return fmt.Errorf("write forever record of node %s to %s: %w", nodeID, f.kv.Bucket(), err)
 	}
 	return nil
+}
+
+// GetWorker returns worker ID id's record (key WorkerKey(id)), or an error wrapping
+// ErrNoRecord when it has none.
+func (f *Forever) GetWorker(ctx context.Context, id int64) (Record, error) {
+	r, _, err := f.getRev(ctx, WorkerKey(id))
+	return r, err
+}
+
+// RaiseWorker raises worker ID id's record to r: it writes r unless the stored record
+// already holds a timestamp and a ceiling at least as high (a holder that lost the ID
+// and writes late cannot lower what the next holder wrote). Compare-and-set, retried.
+func (f *Forever) RaiseWorker(ctx context.Context, id int64, r Record) error {
+	key := WorkerKey(id)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode forever record: %w", err)
+	}
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		prev, rev, err := f.getRev(ctx, key)
+		switch {
+		case errors.Is(err, ErrNoRecord):
+			_, err = f.kv.Create(ctx, key, b)
+		case err != nil:
+			return err
+		case prev.Timestamp >= r.Timestamp && prev.Ceiling >= r.Ceiling:
+			return nil
+		default:
+			if prev.Timestamp > r.Timestamp || prev.Ceiling > r.Ceiling {
+				// Keep the higher of each: the record only ever goes up.
+				merged := Record{WorkerID: id, Timestamp: max(prev.Timestamp, r.Timestamp), Ceiling: max(prev.Ceiling, r.Ceiling), NodeID: r.NodeID}
+				if b, err = json.Marshal(merged); err != nil {
+					return fmt.Errorf("encode forever record: %w", err)
+				}
+			}
+			_, err = f.kv.Update(ctx, key, b, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write forever record %s to %s: %w", key, f.kv.Bucket(), err)
+		}
+		return nil
+	}
+	return fmt.Errorf("write forever record %s to %s: it kept changing", key, f.kv.Bucket())
+}
+
+// getRev reads key's record and its revision.
+func (f *Forever) getRev(ctx context.Context, key string) (Record, uint64, error) {
+	e, err := f.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, 0, fmt.Errorf("forever record %s in %s: %w", key, f.kv.Bucket(), ErrNoRecord)
+	}
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("read forever record %s from %s: %w", key, f.kv.Bucket(), err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return Record{}, 0, fmt.Errorf("forever record %s in %s is not a record (%q): %w", key, f.kv.Bucket(), e.Value(), err)
+	}
+	return r, e.Revision(), nil
 }
 
 // Bucket is the bucket's name.

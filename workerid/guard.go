@@ -156,16 +156,35 @@ type recordSource struct {
 	name string // e.g. "KV leaf_forever/node-1"
 	ts   int64
 	own  bool // written by this node (its clock), not by a previous holder of the ID
+	// ceiling is the most the writer's generator was allowed on the strength of ts
+	// (Record.Ceiling); 0 when the record does not say (then ts + this run's margin).
+	ceiling int64
+}
+
+// borrowed is how far ahead of its clock the record's writer was allowed to borrow:
+// this run's BorrowMax, or the writer's own when its record says it was larger.
+func (g *Guard) borrowed(s recordSource) time.Duration {
+	b := g.cfg.BorrowMax
+	if s.ceiling > 0 {
+		b = max(b, msDuration(s.ceiling-s.ts)-g.cfg.HeartbeatInterval)
+	}
+	return b
+}
+
+// limit is the highest timestamp the record's writer may have issued: ts plus the
+// heartbeat interval and its borrowing, or the ceiling it recorded when that is higher.
+func (g *Guard) limit(s recordSource) int64 {
+	return max(s.ts+(g.cfg.HeartbeatInterval+g.cfg.BorrowMax).Milliseconds(), s.ceiling)
 }
 
 // allowance is how far a record may be ahead of the clock without the clock being wrong.
 // A record holds the highest timestamp issued, which may have been borrowed up to
-// BorrowMax ahead of the clock that wrote it, so a quick restart after a clean stop finds
-// its own record ahead by up to that much; a previous holder's clock may also differ from
-// ours by up to PeerSkewMax, the peer check's bound. Both are waited out, ClockWaitMax on
-// top.
+// BorrowMax (the writer's, when its record says it was larger) ahead of the clock that
+// wrote it, so a quick restart after a clean stop finds its own record ahead by up to
+// that much; a previous holder's clock may also differ from ours by up to PeerSkewMax,
+// the peer check's bound. Both are waited out, ClockWaitMax on top.
 func (g *Guard) allowance(s recordSource) time.Duration {
-	a := g.cfg.ClockWaitMax + g.cfg.BorrowMax
+	a := g.cfg.ClockWaitMax + g.borrowed(s)
 	if !s.own {
 		a += g.cfg.PeerSkewMax
 	}
@@ -175,14 +194,18 @@ func (g *Guard) allowance(s recordSource) time.Duration {
 // Start checks the clock for lease's worker ID before the generator is created and
 // returns its Floor: no timestamp <= floor may be issued (0 when there is no record).
 //
-// It reads this node's record from the forever bucket (falling back to the cache file
-// alone when the bucket cannot be read), the cache file, and lease.Recorded(). A clock
-// behind one of them is waited out when the gap is within its allowance (ClockWaitMax +
-// BorrowMax, + PeerSkewMax for a previous holder's record) and refused with
-// ErrClockBehindRecord otherwise. With R the highest record, the floor is R + HeartbeatInterval +
-// BorrowMax and Start waits until the clock is past it, so a restart right after a crash
-// never repeats a timestamp even if the clock was set back. When the node has no record
-// of its own (a first start), its clock is first compared with its peers' (ErrPeerSkew).
+// It reads this node's record and the worker ID's record (WorkerKey, whoever wrote it:
+// the same worker ID under another node ID, or a previous holder) from the forever
+// bucket (falling back to the cache file alone when the bucket cannot be read), the
+// cache file, and lease.Recorded(). A clock behind one of them is waited out when the
+// gap is within its allowance (ClockWaitMax + BorrowMax, or the writer's larger
+// borrow-max as its record's ceiling shows, + PeerSkewMax for another node's record)
+// and refused with ErrClockBehindRecord otherwise. The floor is the highest of the
+// records' limits: R + HeartbeatInterval + BorrowMax for a record R, or the ceiling R
+// carries when that is higher (written by a run with a larger borrow-max). Start waits
+// until the clock is past it, so a restart right after a crash never repeats a
+// timestamp even if the clock was set back. When the node has no record of its own (a
+// first start), its clock is first compared with its peers' (ErrPeerSkew).
 //
 // Start returns early with ctx's error when ctx ends.
 func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error) {
@@ -192,9 +215,9 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 		return 0, err
 	}
 	now := g.cfg.Clock.Now().UnixMilli()
-	var rec recordSource
+	var rec recordSource // the one that sets the floor
 	for _, s := range sources {
-		if s.ts > rec.ts {
+		if rec.ts == 0 || g.limit(s) > g.limit(rec) {
 			rec = s
 		}
 		if s.ts <= now {
@@ -202,7 +225,7 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 		}
 		gap, allowed := msDuration(s.ts-now), g.allowance(s)
 		if gap > allowed {
-			parts := fmt.Sprintf("clock-wait-max %s + borrow-max %s", g.cfg.ClockWaitMax, g.cfg.BorrowMax)
+			parts := fmt.Sprintf("clock-wait-max %s + borrow-max %s", g.cfg.ClockWaitMax, g.borrowed(s))
 			if !s.own {
 				parts += fmt.Sprintf(" + peer-skew-max %s for another node's record", g.cfg.PeerSkewMax)
 			}
@@ -223,10 +246,10 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 		return 0, nil
 	}
 
-	floor = rec.ts + (g.cfg.HeartbeatInterval + g.cfg.BorrowMax).Milliseconds()
+	floor = g.limit(rec)
 	if now = g.cfg.Clock.Now().UnixMilli(); now <= floor {
 		log.Info(fmt.Sprintf("waiting %s past the last record (%s from %s) plus heartbeat interval %s and borrow-max %s",
-			msDuration(floor-now+1), fmtMs(rec.ts), rec.name, g.cfg.HeartbeatInterval, g.cfg.BorrowMax),
+			msDuration(floor-now+1), fmtMs(rec.ts), rec.name, g.cfg.HeartbeatInterval, g.borrowed(rec)),
 			"floor", fmtMs(floor))
 	}
 	if err := waitPast(ctx, g.cfg.Clock, floor); err != nil {
@@ -242,15 +265,11 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 func (g *Guard) readRecords(ctx context.Context, lease Lease, log *slog.Logger) (sources []recordSource, own bool, err error) {
 	kvOK := g.cfg.Forever == nil // nothing to read counts as read
 	if f := g.cfg.Forever; f != nil {
-		rctx, cancel := context.WithTimeout(ctx, g.cfg.ReadTimeout)
-		r, err := f.Get(rctx, g.cfg.NodeID)
-		cancel()
+		kv, err := g.readForever(ctx, f, lease.WorkerID())
 		switch {
 		case err == nil:
 			kvOK = true
-			sources = append(sources, recordSource{"KV " + f.Bucket() + "/" + g.cfg.NodeID, r.Timestamp, true})
-		case errors.Is(err, ErrNoRecord):
-			kvOK = true
+			sources = append(sources, kv...)
 		case ctx.Err() != nil:
 			return nil, false, fmt.Errorf("clock guard: %w", ctx.Err())
 		default:
@@ -269,7 +288,7 @@ func (g *Guard) readRecords(ctx context.Context, lease Lease, log *slog.Logger) 
 				name += " (written by node " + e.NodeID + ")"
 				log.Warn("cache file was written by another node ID; using its record anyway", "path", c.Path, "cache_node_id", e.NodeID)
 			}
-			sources = append(sources, recordSource{name, e.Timestamp, true})
+			sources = append(sources, recordSource{name: name, ts: e.Timestamp, own: true, ceiling: e.Ceiling})
 		case errors.Is(err, ErrNoRecord):
 		default:
 			return nil, false, fmt.Errorf("clock guard: %w (remove the file only if this node never issued IDs, or restore it)", err)
@@ -279,15 +298,47 @@ func (g *Guard) readRecords(ctx context.Context, lease Lease, log *slog.Logger) 
 		return nil, false, fmt.Errorf("%w: the forever bucket cannot be read and there is no cache file record, so nothing tells which timestamps worker ID %d already used; retry when NATS is back",
 			ErrRecordUnavailable, lease.WorkerID())
 	}
-	own = len(sources) > 0
+	for _, s := range sources {
+		own = own || s.own
+	}
 	if rt := lease.Recorded(); rt > 0 {
 		// A permanent ID is this node's alone, so its registry record is the node's own;
 		// a leased one may be a previous holder's, which says little about this clock.
 		mine := lease.TTL() == 0
-		sources = append(sources, recordSource{fmt.Sprintf("the registry's record for worker ID %d", lease.WorkerID()), rt, mine})
+		sources = append(sources, recordSource{name: fmt.Sprintf("the registry's record for worker ID %d", lease.WorkerID()), ts: rt, own: mine})
 		own = own || mine
 	}
 	return sources, own, nil
+}
+
+// readForever reads this node's record and worker ID id's record (WorkerKey) from the
+// forever bucket; a missing one is no source, and any other error means the bucket
+// could not be read. The worker ID's record counts as this node's own only when this
+// node wrote it: written by another node ID (this worker ID restarted under another
+// name, or a previous holder) it tells what was issued, not how this clock compares.
+func (g *Guard) readForever(ctx context.Context, f *Forever, id int64) ([]recordSource, error) {
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.ReadTimeout)
+	defer cancel()
+	var sources []recordSource
+	r, err := f.Get(rctx, g.cfg.NodeID)
+	switch {
+	case err == nil:
+		sources = append(sources, recordSource{name: "KV " + f.Bucket() + "/" + g.cfg.NodeID, ts: r.Timestamp, own: true, ceiling: r.Ceiling})
+	case !errors.Is(err, ErrNoRecord):
+		return nil, err
+	}
+	w, err := f.GetWorker(rctx, id)
+	switch {
+	case err == nil:
+		name := "KV " + f.Bucket() + "/" + WorkerKey(id)
+		if w.NodeID != g.cfg.NodeID {
+			name += " (written by node " + w.NodeID + ")"
+		}
+		sources = append(sources, recordSource{name: name, ts: w.Timestamp, own: w.NodeID == g.cfg.NodeID, ceiling: w.Ceiling})
+	case !errors.Is(err, ErrNoRecord):
+		return nil, err
+	}
+	return sources, nil
 }
 
 // checkPeers asks every running dispenser for its clock and compares the mean with ours.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -157,18 +158,22 @@ type HeartbeatStats struct {
 	ForwardJumpActive bool `json:"forward_jump_active"`
 }
 
-// Heartbeat keeps the record of the highest timestamp issued, in the forever bucket, the
-// cache file and the registry (Lease.Renew), every Interval, and keeps the generator
-// within what those records vouch for:
+// Heartbeat keeps the record of the highest timestamp issued, in the forever bucket (under
+// the node ID and under the worker ID), the cache file and the registry (Lease.Renew),
+// every Interval (and again soon after a failed beat, backing off, so that a store that
+// fails over within the ceiling's slack costs nothing), and keeps the generator within
+// what those records vouch for:
 //
 //   - the record R is max(previous R, generator.Issued(), clock), the clock capped at
 //     ClockJumpMax past where the monotonic clock puts it (a bad NTP step cannot poison
 //     the record);
 //   - after a beat that made R durable the generator's ceiling becomes R + Interval +
-//     BorrowMax, which is exactly what Guard.Start waits out at the next start. For a
-//     permanent ID (TTL 0) any of the three stores counts, since a restart of this node
-//     reads all of them; for an expiring lease only Renew counts, since the next holder
-//     reads only the registry;
+//     BorrowMax, which is exactly what Guard.Start waits out at the next start (every
+//     record carries that ceiling, so a start with a smaller BorrowMax waits it out
+//     too). For a permanent ID (TTL 0) the worker ID's forever record or a recording
+//     Renew counts, since every start with this worker ID reads both, whatever its node
+//     ID (the cache file alone does not: only this node ID reads it); for an expiring
+//     lease only Renew counts, since it is what extends the lease;
 //   - an expiring lease not renewed for more than TTL/2 suspends the generator at once
 //     (a timer, not the next beat) and a later renewal resumes it; a Renew that reports
 //     ErrLeaseLost suspends it for good and Run returns that error;
@@ -297,28 +302,46 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	return nil
 }
 
-// writeOwn writes the node's own record to the forever bucket and the cache file and
-// reports whether either succeeded.
+// writeOwn writes the node's record and its worker ID's (WorkerKey) to the forever
+// bucket and the node's to the cache file, each carrying the ceiling the record allows,
+// and reports whether the worker ID's record was written: the one record of these that
+// every later start with this worker ID reads, whatever its node ID or host. (A restart
+// of this node reads all three, but the cache file and the node's key are not read by
+// the same worker ID restarted under another node ID.)
 func (h *Heartbeat) writeOwn(ctx context.Context, ts int64, errs *[]error) bool {
+	id := h.cfg.Lease.WorkerID()
+	ceiling := ts + h.margin
 	wrote := false
 	if f := h.cfg.Forever; f != nil {
 		wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
-		err := f.Put(wctx, h.cfg.NodeID, Record{WorkerID: h.cfg.Lease.WorkerID(), Timestamp: ts})
-		cancel()
-		if err != nil {
+		if err := f.Put(wctx, h.cfg.NodeID, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling}); err != nil {
+			*errs = append(*errs, err)
+		}
+		if err := f.RaiseWorker(wctx, id, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling, NodeID: h.cfg.NodeID}); err != nil {
 			*errs = append(*errs, err)
 		} else {
 			wrote = true
 		}
+		cancel()
 	}
 	if c := h.cfg.Cache; c != nil {
-		if err := c.Save(CacheEntry{NodeID: h.cfg.NodeID, WorkerID: h.cfg.Lease.WorkerID(), Timestamp: ts}); err != nil {
+		e := CacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease)}
+		if err := c.Save(e); err != nil {
 			*errs = append(*errs, err)
-		} else {
-			wrote = true
 		}
 	}
 	return wrote
+}
+
+// cacheOwner is implemented by leases that keep a token in the cache file (zk_leaf.go).
+type cacheOwner interface{ cacheOwner() string }
+
+// ownerOf is the token lease keeps in the cache file, "" for none.
+func ownerOf(l Lease) string {
+	if o, ok := l.(cacheOwner); ok {
+		return o.cacheOwner()
+	}
+	return ""
 }
 
 // nextRecord computes the record for this beat and updates the clock statistics.
@@ -391,7 +414,9 @@ func (h *Heartbeat) failed(ctx context.Context, ts int64, errs []error) error {
 	h.failures++
 	n, ceiling := h.failures, h.ceiling
 	h.mu.Unlock()
-	h.log.Warn("heartbeat failed: the ceiling stays put", "consecutive_failures", n, "ceiling", fmtMs(ceiling), "err", err)
+	if n == 1 || n%10 == 0 { // failed beats are retried within a second: log the first, then every tenth
+		h.log.Warn("heartbeat failed: the ceiling stays put", "consecutive_failures", n, "ceiling", fmtMs(ceiling), "err", err)
+	}
 	return err
 }
 
@@ -498,7 +523,9 @@ func (h *Heartbeat) expiryTimer(done <-chan struct{}) {
 }
 
 // Run beats every Interval until ctx ends or the lease is lost, and meanwhile watches
-// the lease when it is a LeaseWatcher. It beats at once when Beat was never called.
+// the lease when it is a LeaseWatcher. It beats at once when Beat was never called, and
+// after a failed beat tries again within a second (backing off) rather than a whole
+// Interval later.
 // When ctx ends it stops cleanly: suspend the generator (no more IDs), write the final
 // record to the forever bucket and the cache file, then release the lease with it; it
 // returns nil then (failed final writes are logged: they cannot endanger uniqueness, the
@@ -530,8 +557,9 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	ticker := time.NewTicker(h.cfg.Interval)
-	defer ticker.Stop()
+	next := time.NewTimer(h.cfg.Interval)
+	defer next.Stop()
+	retry := backoff.New(beatRetry)
 	for {
 		select {
 		case <-ctx.Done():
@@ -543,13 +571,25 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 			err := h.lostErr
 			h.mu.Unlock()
 			return err
-		case <-ticker.C:
-			if err := h.Beat(ctx); errors.Is(err, ErrLeaseLost) {
+		case <-next.C:
+			err := h.Beat(ctx)
+			switch {
+			case errors.Is(err, ErrLeaseLost):
 				return err
+			case err != nil:
+				// Soon again: the ceiling leaves BorrowMax of slack past the next beat.
+				next.Reset(min(retry.Next(), h.cfg.Interval))
+			default:
+				retry.Reset()
+				next.Reset(h.cfg.Interval)
 			}
 		}
 	}
 }
+
+// beatRetry is how soon a failed beat is tried again: a KV bucket whose stream elects a
+// new leader, or a ZooKeeper client that reconnects, is usually back within a second.
+var beatRetry = backoff.Policy{Min: 100 * time.Millisecond, Max: time.Second, Jitter: 0.5}
 
 // startWatch runs the lease's watch, when the lease has one, until the returned stop is
 // called; stop waits for it to end and may be called again. A watch that ends by itself

@@ -133,9 +133,11 @@ func TestHeartbeatCeilingAfterEachBeat(t *testing.T) {
 	}
 }
 
-// With a permanent ID any store a restart of this node reads counts: the cache file keeps
-// the ceiling moving while the forever bucket is down. The static registry's Renew stores
-// nothing, so it does not count.
+// With a permanent ID a record counts where every start with the worker ID reads it: the
+// worker ID's record in the forever bucket, or a registry that records. The cache file
+// is still written while the forever bucket is down, but alone it does not move the
+// ceiling: the same static worker ID started under another node ID (or on another host)
+// would not read it. The static registry's Renew stores nothing, so it does not count.
 func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 	env := startJS(t)
 	forever := openForever(t, env.js)
@@ -180,9 +182,10 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 
 	env.srv.Stop()
 	clock.Add(3 * time.Second)
-	must(t, "Beat with KV down and a cache file", h1.Beat(context.Background()))
-	if c, _ := withCache.state(); c != t0ms+3000+4000 {
-		t.Fatalf("ceiling with the cache file = %s, want %s", fmtMs(c), fmtMs(t0ms+7000))
+	err = h1.Beat(context.Background())
+	wantErrIs(t, "Beat with KV down and a cache file, static ID", err, ErrNotRecorded)
+	if c, _ := withCache.state(); c != t0ms+4000 {
+		t.Fatalf("ceiling with the cache file alone = %s, want it unchanged at %s", fmtMs(c), fmtMs(t0ms+4000))
 	}
 	e, err := cache.Load()
 	must(t, "cache Load", err)

@@ -82,7 +82,7 @@ func (c MySQLRegistryConfig) Validate() error {
 		return invalid(component, "DSN is empty, want user:pass@tcp(host:port)/database")
 	}
 	if _, err := mysql.ParseDSN(c.DSN); err != nil {
-		return fmt.Errorf("%w: %s: DSN: %w", ErrInvalidConfig, component, err)
+		return errBadDSN(component)
 	}
 	host, port, err := net.SplitHostPort(c.Advertise)
 	if err != nil || host == "" || port == "" {
@@ -153,12 +153,12 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 	}
 	dc, err := mysql.ParseDSN(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("%w: MySQL registry: DSN: %w", ErrInvalidConfig, err)
+		return nil, errBadDSN("MySQL registry")
 	}
 	dc.Logger = mysqlDriverLogger{cfg.Logger}
 	conn, err := mysql.NewConnector(dc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: MySQL registry: DSN: %w", ErrInvalidConfig, err)
+		return nil, errBadDSN("MySQL registry")
 	}
 	db := sql.OpenDB(conn)
 	ip, port, _ := net.SplitHostPort(cfg.Advertise) // checked by Validate
@@ -168,6 +168,13 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 		return nil, err
 	}
 	return r, nil
+}
+
+// errBadDSN is the error for a DSN the driver cannot parse. It never wraps the driver's
+// error: that quotes parts of the DSN (a parameter's value, say), which may hold the
+// password.
+func errBadDSN(component string) error {
+	return fmt.Errorf("%w: %s: the DSN does not parse (want user:pass@tcp(host:3306)/database)", ErrInvalidConfig, component)
 }
 
 // prepare checks the connection and the table, and names the identity lock.

@@ -39,6 +39,8 @@ func TestMySQLRegistryConfigValidate(t *testing.T) {
 		{"OK/only worker ID 0", mysqlConfig(dsn, "10.0.0.5:8080", func(c *MySQLRegistryConfig) { c.MaxWorkerID = 0 }), nil, ""},
 		{"ErrInvalidConfig/noDSN", mysqlConfig("", "10.0.0.5:8080"), ErrInvalidConfig, "DSN is empty"},
 		{"ErrInvalidConfig/badDSN", mysqlConfig("tcp(x", "10.0.0.5:8080"), ErrInvalidConfig, "DSN"},
+		// The driver quotes a bad parameter's value; the message must not, whatever it holds.
+		{"ErrInvalidConfig/badDSN keeps the secret out", mysqlConfig("root:hunter2@tcp(127.0.0.1:3306)/leaf?timeout=hunter2", "10.0.0.5:8080"), ErrInvalidConfig, "the DSN does not parse"},
 		{"ErrInvalidConfig/noPort", mysqlConfig(dsn, "10.0.0.5"), ErrInvalidConfig, `Advertise "10.0.0.5"`},
 		{"ErrInvalidConfig/empty", mysqlConfig(dsn, ""), ErrInvalidConfig, "Advertise"},
 		{"ErrInvalidConfig/long", mysqlConfig(dsn, strings.Repeat("1", 130)+":1"), ErrInvalidConfig, "132 characters"},
@@ -54,6 +56,9 @@ func TestMySQLRegistryConfigValidate(t *testing.T) {
 			wantErrIs(t, "Validate", err, tt.wantErr)
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("Validate() = %q, want it to name %q", err, tt.wantMsg)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("Validate() = %q quotes the DSN's password", err)
 			}
 		})
 	}

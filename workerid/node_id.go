@@ -3,6 +3,7 @@ package workerid
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/leafbus/leafbus/wire"
 )
@@ -13,10 +14,14 @@ import (
 var ErrInvalidNodeID = errors.New("invalid node ID")
 
 // CheckNodeID returns an error wrapping ErrInvalidNodeID when id is not a valid node ID
-// (wire.CheckNodeID).
+// (wire.CheckNodeID), or when it is a worker ID's key in the forever bucket
+// (worker-<digits>, WorkerKey): that node's records would overwrite the worker ID's.
 func CheckNodeID(id string) error {
 	if err := wire.CheckNodeID(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidNodeID, err)
+	}
+	if digits, ok := strings.CutPrefix(id, "worker-"); ok && digits != "" && strings.Trim(digits, "0123456789") == "" {
+		return fmt.Errorf("%w: %q is the forever bucket's key of a worker ID's record (worker-<id>); choose another node ID", ErrInvalidNodeID, id)
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ func TestCheckNodeID(t *testing.T) {
 		{"ErrInvalidNodeID/space", "a b", ErrInvalidNodeID},
 		{"ErrInvalidNodeID/wildcard", "a*", ErrInvalidNodeID},
 		{"ErrInvalidNodeID/unicode", "nöde", ErrInvalidNodeID},
+		{"ErrInvalidNodeID/worker key", "worker-12", ErrInvalidNodeID},
+		{"OK/worker-like", "worker-a1", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

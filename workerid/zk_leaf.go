@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"sort"
 	"strconv"
@@ -111,7 +110,7 @@ func (r *ZKRegistry) takeAlive(ctx context.Context) error {
 	if err := r.ensurePath(ctx, path.Dir(r.alivePath())); err != nil {
 		return err
 	}
-	data, _ := json.Marshal(map[string]any{"advertise": r.cfg.Advertise, "pid": os.Getpid(), "started": time.Now().UnixMilli()})
+	data := r.aliveData()
 	wait := time.NewTimer(r.cfg.SessionTimeout + time.Second)
 	defer wait.Stop()
 	logged := false
@@ -125,6 +124,9 @@ func (r *ZKRegistry) takeAlive(ctx context.Context) error {
 		}
 		if !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("create %s: %w", r.alivePath(), err)
+		}
+		if mine, err := r.adoptAlive(ctx); err != nil || mine {
+			return err // an earlier session of this node's, taken over (zk_takeover.go)
 		}
 		var gone <-chan zk.Event
 		var exists bool
@@ -349,6 +351,9 @@ func (l *zkForeverLease) checkAlive(ctx context.Context) error {
 		return nil
 	}
 	if exists {
+		if mine, err := r.adoptAlive(ctx); err != nil || mine {
+			return err // this node's earlier session (its client was replaced), taken over
+		}
 		return fmt.Errorf("%w: %s is now held by another ZooKeeper session: another process runs as %s, worker ID %d",
 			ErrLeaseLost, r.alivePath(), r.cfg.Advertise, l.id)
 	}
@@ -356,10 +361,13 @@ func (l *zkForeverLease) checkAlive(ctx context.Context) error {
 		return err
 	}
 	err = r.call(ctx, func() error {
-		_, err := r.conn.Create(r.alivePath(), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		_, err := r.conn.Create(r.alivePath(), r.aliveData(), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 		return err
 	})
 	if errors.Is(err, zk.ErrNodeExists) {
+		if mine, err := r.adoptAlive(ctx); err != nil || mine {
+			return err
+		}
 		return fmt.Errorf("%w: %s was just taken by another ZooKeeper session: another process runs as %s, worker ID %d",
 			ErrLeaseLost, r.alivePath(), r.cfg.Advertise, l.id)
 	}

@@ -192,7 +192,14 @@ func (l *zkRecycleLease) checkLease(ctx context.Context) error {
 			return nil
 		}
 		if v.Token == l.token {
-			return fmt.Errorf("lease node %s is this holder's but belongs to another session", p)
+			// An earlier session of this holder's (its client was replaced): take the
+			// node over in one multi-op, so that nobody can lease the ID in between.
+			if err := r.takeOver(ctx, p, st.Version, l.leaseVal); err != nil {
+				return fmt.Errorf("take over lease node %s from this holder's earlier session: %w", p, err)
+			}
+			l.session.Store(r.conn.SessionID())
+			r.log.Info("took the worker ID's lease node over from this holder's earlier session", "worker_id", l.id, "path", p)
+			return nil
 		}
 		return fmt.Errorf("%w: worker ID %d is now held by %s", ErrLeaseLost, l.id, v.Advertise)
 	case errors.Is(err, zk.ErrNoNode):

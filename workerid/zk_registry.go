@@ -70,6 +70,9 @@ type ZKRegistryConfig struct {
 	// session timeout is TTL and this is not used. It also bounds the wait for a first
 	// session (at most 5 s) before falling back to the cache file.
 	SessionTimeout time.Duration
+	// ReplaceAfter is how long the client may go without a session before it is
+	// replaced by a new one (2 s; zk_session.go says why go-zk needs it).
+	ReplaceAfter time.Duration
 	// Logger; nil discards. go-zk's own chatter goes to it at debug level.
 	Logger *slog.Logger
 }
@@ -82,6 +85,7 @@ func DefaultZKRegistryConfig() ZKRegistryConfig {
 		TTL:            DefaultLeaseTTL,
 		MaxWorkerID:    DefaultMaxWorkerID,
 		SessionTimeout: DefaultZKSessionTimeout,
+		ReplaceAfter:   DefaultZKReplaceAfter,
 	}
 }
 
@@ -102,7 +106,7 @@ func (c ZKRegistryConfig) Validate() error {
 	if err := c.workerRange().check(component); err != nil {
 		return err
 	}
-	return checkPositive(component, duration{"TTL", c.TTL}, duration{"SessionTimeout", c.SessionTimeout})
+	return checkPositive(component, duration{"TTL", c.TTL}, duration{"SessionTimeout", c.SessionTimeout}, duration{"ReplaceAfter", c.ReplaceAfter})
 }
 
 // workerRange is MinWorkerID..MaxWorkerID.
@@ -114,11 +118,14 @@ func (c ZKRegistryConfig) workerRange() Range { return Range{Min: c.MinWorkerID,
 // /snowflake/<name>/forever/ for good, and the node's sequence is its worker ID. Recycle
 // mode (zk_recycle.go): worker IDs are ephemeral lease nodes of this node's session
 // under /snowflake/<name>/leafbus/leases/, free again once the session expired. Both
-// share one ZooKeeper client and the plumbing in this file.
+// share one ZooKeeper client and the plumbing in this file. Run, beside the heartbeat,
+// replaces that client when it stays without a session (zk_session.go); a node's own
+// earlier session is taken over by token (zk_takeover.go), never waited out.
 type ZKRegistry struct {
 	cfg      ZKRegistryConfig
 	log      *slog.Logger
-	conn     *zk.Conn
+	conn     *zkSession    // the client of the moment: Run replaces one stuck without a session
+	owner    string        // this node's token in its alive node and cache file (Leaf's layout)
 	granted  *atomic.Int64 // session timeout the server granted, ms; 0 until known
 	ip, port string
 
@@ -172,11 +179,18 @@ func OpenZKRegistry(ctx context.Context, cfg ZKRegistryConfig) (*ZKRegistry, err
 		port:    port,
 		stateCh: make(chan struct{}),
 	}
-	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
-		zk.WithLogger(zkLogger{log: cfg.Logger.With("component", "go-zk"), granted: r.granted}),
-		zk.WithEventCallback(r.onEvent))
+	r.owner = r.loadOwner()
+	conn, err := newZKSession(func() (*zk.Conn, error) {
+		conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
+			zk.WithLogger(zkLogger{log: cfg.Logger.With("component", "go-zk"), granted: r.granted}),
+			zk.WithEventCallback(r.onEvent))
+		if err != nil {
+			return nil, fmt.Errorf("connect to ZooKeeper %v: %w", cfg.Servers, err)
+		}
+		return conn, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to ZooKeeper %v: %w", cfg.Servers, err)
+		return nil, err
 	}
 	r.conn = conn
 	return r, nil
@@ -293,6 +307,8 @@ func (r *ZKRegistry) Acquire(ctx context.Context) (Lease, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("wait for a ZooKeeper session: %w", err)
 		}
+		// The next Acquire (a start-up retry) begins with a client that is not stuck.
+		r.replaceClient(min(r.cfg.SessionTimeout, zkStartWait), false)
 		if r.cfg.Recycle {
 			return nil, fmt.Errorf("%w: no session with %v within %s; in recycle mode a worker ID is only safe to use while ZooKeeper vouches for the lease, so this node cannot start from its cache file",
 				ErrZKUnavailable, r.cfg.Servers, min(r.cfg.SessionTimeout, zkStartWait))

@@ -21,9 +21,11 @@ var (
 )
 
 // Watch implements LeaseWatcher for recycle mode with a ZooKeeper watch on the lease
-// node. The node deleted while the session that held it is alive (only a delete does
-// that: ZooKeeper removes it itself only with its session), or rewritten with another
-// holder's token, is a loss at once.
+// node. The node found deleted while the session that held it is alive (only a delete
+// does that: ZooKeeper removes it itself only with its session), or rewritten with
+// another holder's token, is a loss at once; a deletion is judged by reading the node
+// again, since this holder's own take-over from an earlier session of its own deletes
+// and creates it in one step.
 //
 // It fails safe. In recycle mode the worker ID is only this node's while ZooKeeper
 // vouches for its session, so while the client has no session (disconnected, or the
@@ -69,12 +71,10 @@ func (l *zkRecycleLease) Watch(ctx context.Context, vouch func(error)) error {
 			if l.releasing.Load() {
 				return nil
 			}
-			if r.conn.SessionID() == l.session.Load() {
-				err := fmt.Errorf("%w: lease node %s of worker ID %d was deleted while this holder's session was alive: anyone may take the ID now",
-					ErrLeaseLost, r.leasePath(l.id), l.id)
-				vouch(err)
-				return err
-			}
+			// Look again at once (events is nil): deleted under this holder's live
+			// session is a loss (look says so), unless it was this holder's own
+			// take-over from an earlier session (zk_session.go), which leaves the node
+			// this session's.
 		}
 	}
 }
@@ -114,8 +114,16 @@ func (l *zkRecycleLease) look(ctx context.Context, arm bool) (<-chan zk.Event, e
 		return events, fmt.Errorf("%w: lease node %s of worker ID %d was rewritten under its holder: it names %q now", ErrLeaseLost, p, l.id, v.Advertise)
 	}
 	if st.EphemeralOwner != session {
-		return events, fmt.Errorf("%w: lease node %s of worker ID %d is held by an earlier session of this holder until ZooKeeper expires it",
-			ErrLeaseUnverified, p, l.id)
+		// An earlier session of this holder's (its client was replaced): take the node
+		// over now rather than at the next renewal. The armed watch then sees the node
+		// deleted and created, and looks again.
+		if err := r.takeOver(ctx, p, st.Version, l.leaseVal); err != nil {
+			return events, fmt.Errorf("%w: lease node %s of worker ID %d is held by an earlier session of this holder: take-over: %w",
+				ErrLeaseUnverified, p, l.id, err)
+		}
+		l.session.Store(session)
+		r.log.Info("took the worker ID's lease node over from this holder's earlier session", "worker_id", l.id, "path", p)
+		return events, nil
 	}
 	l.session.Store(st.EphemeralOwner)
 	return events, nil

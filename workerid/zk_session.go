@@ -1,0 +1,210 @@
+package workerid
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leafbus/leafbus/internal/backoff"
+)
+
+// A go-zk client can stay without a session long after ZooKeeper is back
+// (TESTENV-NOTES.md): a server that restarted with a lower zxid than the client saw
+// refuses it until its own zxid catches up, and a client that connected while the
+// server was still starting waits ten receive timeouts (a minute with a 10 s session)
+// for an answer to its handshake. Neither ends by itself in good time, so the registry
+// replaces such a client with a new one (a new session) instead of waiting: ZKRegistry.Run.
+// What the old session held is taken over by token: the alive node in Leaf's layout
+// (zk_leaf.go, owner token) and the lease node in recycle mode (zk_recycle.go, lease
+// token), both with one atomic multi-op (delete the old session's node at its version,
+// create this session's), so nobody else can slip in between.
+
+// ZooKeeper client supervision defaults.
+const (
+	// DefaultZKReplaceAfter is how long the client may go without a session before it is
+	// replaced (ZKRegistryConfig.ReplaceAfter). go-zk itself retries the servers every
+	// second, so a client that is fine reconnects well within it once ZooKeeper is back.
+	DefaultZKReplaceAfter = 2 * time.Second
+	// zkHandshakeMax is how long a client may sit connected without a session (its
+	// handshake unanswered) before it is replaced: a handshake takes milliseconds.
+	zkHandshakeMax = time.Second
+	// zkSuperviseTick is how often Run looks at the client.
+	zkSuperviseTick = 100 * time.Millisecond
+)
+
+// zkReplaceRetry spaces the replacements of a client that stays without a session (while
+// ZooKeeper is down, every new client fails too); the floor is ReplaceAfter.
+var zkReplaceRetry = backoff.Policy{Min: DefaultZKReplaceAfter, Max: 4 * time.Second, Jitter: 0.25}
+
+// errSessionClosed is what replace returns once the registry is closed.
+var errSessionClosed = errors.New("ZooKeeper registry closed")
+
+// zkSession is the registry's ZooKeeper client, replaceable while in use: its methods
+// are go-zk's, called on the client of the moment. A call that was running on a client
+// when it was replaced fails (zk.ErrClosing) and is retried by its caller like any
+// other failed call; a watch set on it ends with an EventNotWatching and is set again.
+type zkSession struct {
+	dial func() (*zk.Conn, error)
+
+	mu       sync.RWMutex
+	conn     *zk.Conn
+	closed   bool
+	replaced int
+	closing  sync.WaitGroup // replaced clients being closed (Close takes up to 1 s)
+}
+
+func newZKSession(dial func() (*zk.Conn, error)) (*zkSession, error) {
+	conn, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	return &zkSession{dial: dial, conn: conn}, nil
+}
+
+func (s *zkSession) cur() *zk.Conn {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.conn
+}
+
+func (s *zkSession) State() zk.State                               { return s.cur().State() }
+func (s *zkSession) SessionID() int64                              { return s.cur().SessionID() }
+func (s *zkSession) Delete(p string, version int32) error          { return s.cur().Delete(p, version) }
+func (s *zkSession) Children(p string) ([]string, *zk.Stat, error) { return s.cur().Children(p) }
+func (s *zkSession) Get(p string) ([]byte, *zk.Stat, error)        { return s.cur().Get(p) }
+func (s *zkSession) Exists(p string) (bool, *zk.Stat, error)       { return s.cur().Exists(p) }
+
+func (s *zkSession) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	return s.cur().GetW(p)
+}
+
+func (s *zkSession) ExistsW(p string) (bool, *zk.Stat, <-chan zk.Event, error) {
+	return s.cur().ExistsW(p)
+}
+
+func (s *zkSession) Set(p string, data []byte, version int32) (*zk.Stat, error) {
+	return s.cur().Set(p, data, version)
+}
+
+func (s *zkSession) Create(p string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	return s.cur().Create(p, data, flags, acl)
+}
+
+func (s *zkSession) Multi(ops ...any) ([]zk.MultiResponse, error) { return s.cur().Multi(ops...) }
+
+// Replaced is how many times the client was replaced.
+func (s *zkSession) Replaced() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.replaced
+}
+
+// replace dials a new client and closes the old one in the background.
+func (s *zkSession) replace() error {
+	conn, err := s.dial()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		conn.Close()
+		return errSessionClosed
+	}
+	old := s.conn
+	s.conn = conn
+	s.replaced++
+	s.closing.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.closing.Done()
+		old.Close()
+	}()
+	return nil
+}
+
+// Close closes the client of the moment and waits for the replaced ones to close.
+func (s *zkSession) Close() {
+	s.mu.Lock()
+	s.closed = true
+	conn := s.conn
+	s.mu.Unlock()
+	conn.Close()
+	s.closing.Wait()
+}
+
+// takeOver makes this session the owner of the ephemeral node p, which an earlier
+// session of this holder left (the caller checked the token in its data): in one
+// multi-op, delete it at version and create it again with data. It fails with
+// zk.ErrBadVersion or zk.ErrNoNode when the node changed meanwhile, and zk.ErrNodeExists
+// when someone created it between a deletion and this call.
+func (r *ZKRegistry) takeOver(ctx context.Context, p string, version int32, data []byte) error {
+	return r.call(ctx, func() error {
+		// A failed multi-op reports the first operation that failed (go-zk).
+		_, err := r.conn.Multi(
+			&zk.DeleteRequest{Path: p, Version: version},
+			&zk.CreateRequest{Path: p, Data: data, Flags: zk.FlagEphemeral, Acl: zk.WorldACL(zk.PermAll)},
+		)
+		return err
+	})
+}
+
+// Run keeps the ZooKeeper client usable until ctx ends: a client that has had no session
+// for ReplaceAfter, or has sat connected for a second without its handshake answered, is
+// replaced by a new one (a new session), and again, backing off, while ZooKeeper stays
+// unreachable. It always returns nil.
+func (r *ZKRegistry) Run(ctx context.Context) error {
+	tick := time.NewTicker(zkSuperviseTick)
+	defer tick.Stop()
+	policy := zkReplaceRetry
+	policy.Min = r.cfg.ReplaceAfter
+	retry := backoff.New(policy)
+	lastOK, connectedSince := time.Now(), time.Time{}
+	wait := r.cfg.ReplaceAfter
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		switch r.conn.State() {
+		case zk.StateHasSession:
+			lastOK, connectedSince, wait = now, time.Time{}, r.cfg.ReplaceAfter
+			retry.Reset()
+			continue
+		case zk.StateConnected:
+			if connectedSince.IsZero() {
+				connectedSince = now
+			}
+		default:
+			connectedSince = time.Time{}
+		}
+		stuck := !connectedSince.IsZero() && now.Sub(connectedSince) > zkHandshakeMax
+		if now.Sub(lastOK) < wait && !stuck {
+			continue
+		}
+		r.replaceClient(now.Sub(lastOK), stuck)
+		lastOK, connectedSince, wait = now, time.Time{}, retry.Next()
+	}
+}
+
+// replaceClient replaces the client and wakes the lease watches up.
+func (r *ZKRegistry) replaceClient(without time.Duration, stuck bool) {
+	state := r.conn.State()
+	if err := r.conn.replace(); err != nil {
+		if !errors.Is(err, errSessionClosed) {
+			r.log.Warn("ZooKeeper client has no session; a new one could not be made", "err", err)
+		}
+		return
+	}
+	r.log.Warn("ZooKeeper client replaced: it had no session", "without_session", without.Round(time.Millisecond),
+		"state", state, "handshake_unanswered", stuck, "replacements", r.conn.Replaced())
+	r.onEvent(zk.Event{Type: zk.EventSession})
+}
+
+// Connected reports whether the registry has a ZooKeeper session now.
+func (r *ZKRegistry) Connected() bool { return r.hasSession() }
