@@ -57,7 +57,8 @@ type Stats struct {
 
 // Generator issues the IDs of one worker. Its methods are safe for concurrent use.
 type Generator struct {
-	// Fixed by New.
+	// Fixed by New, except worker, workerPart, floor and lowest, which Rebind changes
+	// with mu held (and which are read with mu held).
 	layout      Layout
 	worker      int64
 	clock       Clock
@@ -161,12 +162,13 @@ func New(cfg Config) (*Generator, error) {
 func (g *Generator) Next() (int64, error) {
 	g.mu.Lock()
 	ts, seq, _, err := g.take(1)
+	worker := g.workerPart // Rebind may change it once the lock is released
 	g.mu.Unlock()
 	if err != nil {
 		g.refused.Add(1)
 		return 0, err
 	}
-	return (ts-g.layout.Epoch)<<g.timeShift | g.workerPart | seq, nil
+	return (ts-g.layout.Epoch)<<g.timeShift | worker | seq, nil
 }
 
 // Fill puts len(dst) new IDs into dst, strictly increasing and greater than every ID issued
@@ -361,7 +363,39 @@ func (g *Generator) Resume() {
 func (g *Generator) Layout() Layout { return g.layout }
 
 // WorkerID returns the generator's worker ID.
-func (g *Generator) WorkerID() int64 { return g.worker }
+func (g *Generator) WorkerID() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.worker
+}
+
+// Rebind moves a suspended generator to another worker ID, with floor as its new Floor
+// (as in Config): for a dispenser whose worker ID was lost and that was given another
+// one, so that everything holding the generator keeps it. It refuses (ErrInvalidConfig)
+// a worker ID or floor out of range, and a generator that is not suspended, since an ID
+// being taken concurrently could otherwise carry either worker ID. The generator stays
+// suspended: its new heartbeat resumes it once the new ID's record is written.
+//
+// Timestamps stay above everything this generator issued with its earlier worker ID
+// too (Issued never goes down), which costs nothing and keeps its IDs increasing.
+func (g *Generator) Rebind(workerID, floor int64) error {
+	if workerID < 0 || workerID > g.layout.MaxWorkerID() {
+		return fmt.Errorf("%w: WorkerID is %d, must be 0 to %d with %d worker bits",
+			ErrInvalidConfig, workerID, g.layout.MaxWorkerID(), g.layout.WorkerBits)
+	}
+	if floor < 0 || floor >= g.maxTS {
+		return fmt.Errorf("%w: Floor is %d, must be 0 to %d", ErrInvalidConfig, floor, g.maxTS-1)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.suspended.Load() == nil {
+		return fmt.Errorf("%w: Rebind of a generator that is issuing: suspend it first", ErrInvalidConfig)
+	}
+	g.worker, g.workerPart = workerID, workerID<<g.layout.SequenceBits
+	g.floor, g.lowest = floor, max(floor, g.layout.Epoch)
+	g.last = max(g.last, floor)
+	return nil
+}
 
 // Stats returns a snapshot of the generator's state, reading the clock once.
 func (g *Generator) Stats() Stats {

@@ -965,3 +965,49 @@ func TestSystemClock(t *testing.T) {
 		t.Errorf("Now() = %v, far from time.Now()", got)
 	}
 }
+
+// A generator that lost its worker ID is moved to the next one without being rebuilt:
+// Rebind refuses while it issues, then it issues with the new worker ID above the new
+// floor, and never below what it issued before.
+func TestGeneratorRebind(t *testing.T) {
+	clock := snowflake.NewFakeClock(time.UnixMilli(snowflake.DefaultLayout().Epoch + 10_000))
+	g, err := snowflake.New(snowflake.Config{WorkerID: 3, Clock: clock, DenseSequence: true})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	before, err := g.Next()
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	if err := g.Rebind(4, 0); !errors.Is(err, snowflake.ErrInvalidConfig) {
+		t.Fatalf("Rebind while issuing = %v, want snowflake.ErrInvalidConfig", err)
+	}
+	g.Suspend(errors.New("lease lost"))
+	if err := g.Rebind(1024, 0); !errors.Is(err, snowflake.ErrInvalidConfig) {
+		t.Fatalf("Rebind(1024) = %v, want snowflake.ErrInvalidConfig", err)
+	}
+	floor := clock.Now().UnixMilli() + 50
+	if err := g.Rebind(4, floor); err != nil {
+		t.Fatalf("Rebind: %v", err)
+	}
+	if _, err := g.Next(); !errors.Is(err, snowflake.ErrSuspended) {
+		t.Fatalf("Next after Rebind = %v, want still suspended", err)
+	}
+	g.Resume()
+	if _, err := g.Next(); !errors.Is(err, snowflake.ErrClockBackwards) {
+		t.Fatalf("Next below the new floor = %v, want snowflake.ErrClockBackwards", err)
+	}
+	clock.Add(51 * time.Millisecond)
+	after, err := g.Next()
+	if err != nil {
+		t.Fatalf("Next past the new floor: %v", err)
+	}
+	d, err := snowflake.DefaultLayout().Decode(after)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if d.WorkerID != 4 || d.Timestamp <= floor || after <= before || g.WorkerID() != 4 {
+		t.Fatalf("after Rebind: ID %d (worker %d, ts %d), WorkerID() %d; want worker 4 past the floor %d and above %d",
+			after, d.WorkerID, d.Timestamp, g.WorkerID(), floor, before)
+	}
+}
