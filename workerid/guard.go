@@ -159,6 +159,10 @@ type recordSource struct {
 	// ceiling is the most the writer's generator was allowed on the strength of ts
 	// (Record.Ceiling); 0 when the record does not say (then ts + this run's margin).
 	ceiling int64
+	// other is set for this node's own record of another worker ID than the lease's (it
+	// held another one before): it still tells whether this clock was set back, but
+	// says nothing about the timestamps the lease's worker ID used, so it sets no floor.
+	other bool
 }
 
 // borrowed is how far ahead of its clock the record's writer was allowed to borrow:
@@ -202,7 +206,9 @@ func (g *Guard) allowance(s recordSource) time.Duration {
 // borrow-max as its record's ceiling shows, + PeerSkewMax for another node's record)
 // and refused with ErrClockBehindRecord otherwise. The floor is the highest of the
 // records' limits: R + HeartbeatInterval + BorrowMax for a record R, or the ceiling R
-// carries when that is higher (written by a run with a larger borrow-max). Start waits
+// carries when that is higher (written by a run with a larger borrow-max); this node's
+// own records of another worker ID than lease's (it held another before) check the
+// clock but set no floor, since a floor guards a worker ID's timestamps. Start waits
 // until the clock is past it, so a restart right after a crash never repeats a
 // timestamp even if the clock was set back. When the node has no record of its own (a
 // first start), its clock is first compared with its peers' (ErrPeerSkew).
@@ -217,7 +223,7 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 	now := g.cfg.Clock.Now().UnixMilli()
 	var rec recordSource // the one that sets the floor
 	for _, s := range sources {
-		if rec.ts == 0 || g.limit(s) > g.limit(rec) {
+		if !s.other && (rec.ts == 0 || g.limit(s) > g.limit(rec)) {
 			rec = s
 		}
 		if s.ts <= now {
@@ -288,7 +294,7 @@ func (g *Guard) readRecords(ctx context.Context, lease Lease, log *slog.Logger) 
 				name += " (written by node " + e.NodeID + ")"
 				log.Warn("cache file was written by another node ID; using its record anyway", "path", c.Path, "cache_node_id", e.NodeID)
 			}
-			sources = append(sources, recordSource{name: name, ts: e.Timestamp, own: true, ceiling: e.Ceiling})
+			sources = append(sources, recordSource{name: name, ts: e.Timestamp, own: true, ceiling: e.Ceiling, other: e.WorkerID != lease.WorkerID()})
 		case errors.Is(err, ErrNoRecord):
 		default:
 			return nil, false, fmt.Errorf("clock guard: %w (remove the file only if this node never issued IDs, or restore it)", err)
@@ -323,7 +329,7 @@ func (g *Guard) readForever(ctx context.Context, f *Forever, id int64) ([]record
 	r, err := f.Get(rctx, g.cfg.NodeID)
 	switch {
 	case err == nil:
-		sources = append(sources, recordSource{name: "KV " + f.Bucket() + "/" + g.cfg.NodeID, ts: r.Timestamp, own: true, ceiling: r.Ceiling})
+		sources = append(sources, recordSource{name: "KV " + f.Bucket() + "/" + g.cfg.NodeID, ts: r.Timestamp, own: true, ceiling: r.Ceiling, other: r.WorkerID != id})
 	case !errors.Is(err, ErrNoRecord):
 		return nil, err
 	}

@@ -170,3 +170,30 @@ func TestHeartbeatRetriesFailedBeatSoon(t *testing.T) {
 		t.Fatalf("the beat after a failure came %s later, want well within the 3s interval", d)
 	}
 }
+
+// This node's own record of another worker ID (it held another before, and lost it)
+// still refuses a clock set back, but sets no floor for the new worker ID: what must
+// not repeat is a (worker ID, timestamp) pair.
+func TestGuardOwnRecordOfAnotherWorkerID(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 10*time.Second)
+	forever := openForever(t, env.js)
+	must(t, "Put", forever.Put(ctx, "n1", Record{WorkerID: 3, Timestamp: t0ms - 100, Ceiling: t0ms + 3900}))
+	start := func(clockAt time.Time, id int64) (int64, error) {
+		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			c.NodeID, c.Forever, c.Clock, c.Logger = "n1", forever, snowflake.NewFakeClock(clockAt), testLogger(t)
+		}))
+		must(t, "NewGuard", err)
+		return g.Start(ctx, &fakeLease{id: id})
+	}
+	floor, err := start(t0, 4)
+	must(t, "Start with another worker ID", err)
+	if floor != 0 {
+		t.Fatalf("floor = %s, want none: the record is worker ID 3's", fmtMs(floor))
+	}
+	if floor, err = start(t0, 3); err != nil || floor != t0ms+3900 {
+		t.Fatalf("Start with the record's worker ID = %s, %v; want the floor %s", fmtMs(floor), err, fmtMs(t0ms+3900))
+	}
+	_, err = start(t0.Add(-10*time.Second), 4)
+	wantErrIs(t, "Start with another worker ID, clock set back", err, ErrClockBehindRecord)
+}
