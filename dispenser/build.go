@@ -181,6 +181,7 @@ func (d *Dispenser) startService(context.Context) error {
 	}
 	svcCfg.Stats = d.endpointStats
 	svcCfg.Logger = d.log.With("component", "service")
+	svcCfg.Metadata = d.rangeMetadata(svcCfg.Metadata) // worker_range.go
 	svc, err := service.New(svcConn, svcCfg)
 	if err != nil {
 		return err

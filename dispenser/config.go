@@ -50,6 +50,12 @@ type Config struct {
 	ZKRecycle      bool
 	LeaseTTL       time.Duration
 
+	// WorkerIDMin and WorkerIDMax bound the worker IDs this deployment's registry hands
+	// out (--worker-id-min, --worker-id-max; 0 and the layout's highest, 1023): each
+	// datacenter gets a range of its own (worker_range.go).
+	WorkerIDMin int64
+	WorkerIDMax int64
+
 	MaxBatch      int
 	Pools         pools.Specs
 	Epoch         int64 // snowflake epoch, Unix ms
@@ -87,6 +93,7 @@ func DefaultConfig() Config {
 		WorkerID:       -1,
 		ZKName:         "leafbus",
 		LeaseTTL:       30 * time.Second,
+		WorkerIDMax:    snowflake.DefaultLayout().MaxWorkerID(),
 		MaxBatch:       wire.DefaultMaxBatch,
 		Epoch:          snowflake.DefaultLayout().Epoch,
 		PeerSkewMax:    5 * time.Second,
@@ -128,6 +135,7 @@ func (c Config) Validate() error {
 		add("--epoch %d: %w", c.Epoch, err)
 	}
 	errs = append(errs, c.checkRegistry()...)
+	errs = append(errs, c.checkWorkerRange()...)
 	if c.LeaseTTL < 4*HeartbeatInterval {
 		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*HeartbeatInterval)
 	}

@@ -50,6 +50,7 @@ type Dispenser struct {
 	batches       *pools.Batches
 	poolStream    *pools.Stream
 	svc           *service.Service
+	peerRanges    peerRangeWatch // the peers' worker-ID ranges, checked while Run runs (worker_range.go)
 
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer

@@ -32,6 +32,10 @@ type options struct {
 	// often the --insecure-listen warning repeats (0: insecureWarnEvery).
 	loopback          func(host string) bool
 	insecureWarnEvery time.Duration
+
+	// Tests only: how often the peers' worker-ID ranges are checked, and how often one
+	// peer's conflict is logged again (0: peerCheckEvery, peerWarnEvery).
+	peerCheckEvery, peerWarnEvery time.Duration
 }
 
 // WithLogger sends the dispenser's logs to l (the default discards them).

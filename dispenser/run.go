@@ -54,6 +54,7 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	addLoop(&g, "heartbeat", d.heartbeat.Run)
 	addLoop(&g, "time responder", d.timeResponder.Run)
 	addLoop(&g, "announcer", d.announce)
+	addLoop(&g, "peer range check", d.watchPeerRanges)
 	addLoop(&g, "insecure-listen warning", d.warnInsecure)
 	err = g.Run()
 	switch {

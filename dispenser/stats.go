@@ -7,7 +7,7 @@ import (
 )
 
 // endpointStats is the data of the ID endpoints in $SRV.STATS: the segment buffers, the
-// snowflake generator and clock, and the pools of each kind.
+// snowflake generator and clock, the worker ID and its range, and the pools of each kind.
 func (d *Dispenser) endpointStats(endpoint string) any {
 	switch endpoint {
 	case "segment":
@@ -17,12 +17,12 @@ func (d *Dispenser) endpointStats(endpoint string) any {
 			"pool_stream": ofKind(d.poolStream.Stats(), wire.Segment, streamKind),
 		}
 	case "snowflake":
-		return map[string]any{
+		return d.rangeStats(map[string]any{
 			"generator":   generatorStats(d.snowflakes.Stats()),
 			"clock":       d.heartbeat.Stats(),
 			"pools":       ofKind(d.batches.Stats(), wire.Snowflake, poolKind),
 			"pool_stream": ofKind(d.poolStream.Stats(), wire.Snowflake, streamKind),
-		}
+		})
 	}
 	return nil
 }

@@ -13,10 +13,9 @@ import (
 // openRegistry opens the configured worker-ID registry.
 func (d *Dispenser) openRegistry(ctx context.Context) error {
 	cfg := d.cfg
-	maxID := cfg.Layout().MaxWorkerID()
 	switch cfg.WorkerRegistry {
 	case "static":
-		r, err := workerid.NewStaticRegistry(cfg.WorkerID, maxID)
+		r, err := workerid.NewStaticRegistryInRange(cfg.WorkerID, cfg.workerRange())
 		if err != nil {
 			return err
 		}
@@ -28,7 +27,7 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 		kvCfg.NodeID = cfg.NodeID
 		kvCfg.TTL = cfg.LeaseTTL
 		kvCfg.RenewInterval = HeartbeatInterval
-		kvCfg.MaxWorkerID = maxID
+		kvCfg.MinWorkerID, kvCfg.MaxWorkerID = cfg.WorkerIDMin, cfg.WorkerIDMax
 		kvCfg.Replicas = cfg.KVReplicas
 		kvCfg.Logger = d.log.With("component", "kv-registry")
 		r, err := workerid.OpenKVRegistry(ctx, d.js, kvCfg)
@@ -50,7 +49,7 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 		zkCfg.Advertise = advertise
 		zkCfg.Recycle = cfg.ZKRecycle
 		zkCfg.TTL = cfg.LeaseTTL
-		zkCfg.MaxWorkerID = maxID
+		zkCfg.MinWorkerID, zkCfg.MaxWorkerID = cfg.WorkerIDMin, cfg.WorkerIDMax
 		zkCfg.Cache = cfg.cacheFile()
 		zkCfg.Logger = d.log.With("component", "zk-registry")
 		r, err := workerid.OpenZKRegistry(ctx, zkCfg)
@@ -64,7 +63,7 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 		myCfg := workerid.DefaultMySQLRegistryConfig()
 		myCfg.DSN = cfg.MySQLDSN
 		myCfg.Advertise = advertise
-		myCfg.MaxWorkerID = maxID
+		myCfg.MinWorkerID, myCfg.MaxWorkerID = cfg.WorkerIDMin, cfg.WorkerIDMax
 		myCfg.CreateTable = cfg.MySQLCreateTable
 		myCfg.Logger = d.log.With("component", "mysql-registry")
 		r, err := workerid.OpenMySQLRegistry(ctx, myCfg)

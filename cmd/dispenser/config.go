@@ -66,6 +66,8 @@ Flags:
 	fs.StringVar(&c.ZKName, "zk-name", c.ZKName, "Leaf's leaf.name: worker IDs live under /snowflake/<name>/")
 	fs.BoolVar(&c.ZKRecycle, "zk-recycle", c.ZKRecycle, "with zk: worker IDs are leases that come back after --lease-ttl of silence")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an unrenewed worker-ID lease lasts (kv registry, zk with --zk-recycle); renewed every 3s")
+	fs.Int64Var(&c.WorkerIDMin, "worker-id-min", c.WorkerIDMin, "lowest worker ID this deployment may use: give each datacenter a range of its own, disjoint from the others'")
+	fs.Int64Var(&c.WorkerIDMax, "worker-id-max", c.WorkerIDMax, "highest worker ID this deployment may use (at most 1023)")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest count a request may ask for")
 	fs.Var(&c.Pools, "pool", "kind:tag:size:depth: keep depth ready batches of size IDs for bulk consumers (repeatable)")
 	fs.Int64Var(&c.Epoch, "epoch", c.Epoch, "snowflake epoch in Unix ms (Leaf's default 1288834974657); never change it for existing IDs")
