@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,7 +175,14 @@ func (d *Dispenser) watchPeerRanges(ctx context.Context) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		answers, err := fanIn(ctx, d.nc, subject, min(peerWindow, every))
+		answers, err := fanIn(ctx, d.nc, subject, peerWindow)
+		if errors.Is(err, errPeersRefused) {
+			// Asking again would only repeat the server's refusal every check.
+			log.Warn("peer range check off: this node's NATS user may not ask its peers, so a peer with an overlapping worker-ID range goes unnoticed; allow it to publish to "+subject,
+				"err", err)
+			<-ctx.Done()
+			return nil
+		}
 		if err != nil && ctx.Err() == nil {
 			log.Debug("peer range check: cannot ask the peers", "subject", subject, "err", err)
 		}
@@ -236,9 +244,13 @@ func rangeText(p peer) string {
 	return p.rng.String()
 }
 
+// errPeersRefused is fanIn's error when the server refused the request: the
+// connection's user may not publish to the discovery subject (deploy/nats-roles.conf).
+var errPeersRefused = errors.New("the NATS server refuses the discovery request")
+
 // fanIn publishes an empty request on subject and collects every answer until window
 // passed, ctx ended, or no answer came for peerQuiet after the last one. NATS' "no
-// responders" status ends it with no answers.
+// responders" status ends it with no answers; a refused publish with errPeersRefused.
 func fanIn(ctx context.Context, nc *nats.Conn, subject string, window time.Duration) ([]*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
@@ -250,6 +262,13 @@ func fanIn(ctx context.Context, nc *nats.Conn, subject string, window time.Durat
 	defer sub.Unsubscribe() //nolint:errcheck // the inbox is ours alone
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil, err
+	}
+	// A refusal comes back asynchronously, before the answer to a round trip.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return nil, err
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+		return nil, fmt.Errorf("%w: %w", errPeersRefused, err)
 	}
 	var out []*nats.Msg
 	for {

@@ -359,6 +359,25 @@ func wantRangeInDiscovery(t *testing.T, nc *nats.Conn, d *Dispenser, conflicts i
 			t.Errorf("%s: $SRV.INFO metadata %s = %q, want %q (all: %v)", d.cfg.NodeID, k, info.Metadata[k], v, info.Metadata)
 		}
 	}
+	// The conflicts are those of the last check: poll, a check may be under way.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		wrong := snowflakeRangeStats(t, nc, d, id, conflicts)
+		if wrong == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after 10s: %s", wrong)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// snowflakeRangeStats checks d's snowflake endpoint's $SRV.STATS once: "" when it shows
+// d's worker ID and range and conflicts conflicting peers, else what it shows.
+func snowflakeRangeStats(t *testing.T, nc *nats.Conn, d *Dispenser, id string, conflicts int64) string {
+	t.Helper()
 	var stats micro.Stats
 	requestJSON(t, nc, micro.StatsVerb, id, &stats)
 	for _, e := range stats.Endpoints {
@@ -378,12 +397,12 @@ func wantRangeInDiscovery(t *testing.T, nc *nats.Conn, d *Dispenser, conflicts i
 		}
 		data := stats.Source
 		if data.WorkerID != d.snowflakes.WorkerID() || data.Min != d.cfg.WorkerIDMin || data.Max != d.cfg.WorkerIDMax || data.Conflicts != conflicts {
-			t.Errorf("%s: $SRV.STATS snowflake data %+v, want worker ID %d, range %d..%d, %d conflicts",
+			return fmt.Sprintf("%s: $SRV.STATS snowflake data %+v, want worker ID %d, range %d..%d, %d conflicts",
 				d.cfg.NodeID, data, d.snowflakes.WorkerID(), d.cfg.WorkerIDMin, d.cfg.WorkerIDMax, conflicts)
 		}
-		return
+		return ""
 	}
-	t.Errorf("%s: $SRV.STATS has no snowflake endpoint", d.cfg.NodeID)
+	return d.cfg.NodeID + ": $SRV.STATS has no snowflake endpoint"
 }
 
 // requestJSON asks the service instance id for verb and decodes the answer into out.
@@ -399,5 +418,26 @@ func requestJSON(t *testing.T, nc *nats.Conn, verb micro.Verb, id string, out an
 	}
 	if err := json.Unmarshal(m.Data, out); err != nil {
 		t.Fatalf("%s answered %s: %v", subject, m.Data, err)
+	}
+}
+
+// TestPeerRangeCheckRefused: with deploy/nats-roles.conf the dispenser's user may not
+// ask $SRV.INFO; the check says so once and turns itself off instead of provoking the
+// server's refusal at every check, and the dispenser serves on.
+func TestPeerRangeCheckRefused(t *testing.T) {
+	var buf testutil.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(&buf, testutil.LogWriter(t)), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	d, err := newTest(t, rolesConfig(t), WithLogger(logger), withPeerCheck(50*time.Millisecond, time.Hour))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runReady(t, d)
+	buf.WaitLine(t, 10*time.Second, "peer range check off")
+	time.Sleep(500 * time.Millisecond) // ten more check intervals
+	if n := strings.Count(buf.String(), "NATS asynchronous error"); n != 1 {
+		t.Errorf("%d asynchronous errors logged, want the first refusal only:\n%s", n, buf.String())
+	}
+	if n := strings.Count(buf.String(), "peer range check off"); n != 1 {
+		t.Errorf("%d \"peer range check off\" lines, want 1", n)
 	}
 }
