@@ -65,6 +65,14 @@ type Config struct {
 	PeerSkewMax  time.Duration
 	ClockJumpMax time.Duration
 	BorrowMax    time.Duration
+
+	// StartTimeout bounds how long New waits for its dependencies (--nats servers,
+	// JetStream, the segment store, the worker-ID registry) to become ready, retrying
+	// with back-off and logging each wait, before it refuses (--start-timeout, 30 s; 0:
+	// refuse at the first failure). A refusal for safety (a clock behind its records,
+	// another process under this identity, a store behind its marks) is never waited
+	// out (startwait.go).
+	StartTimeout time.Duration
 }
 
 // HeartbeatInterval is Leaf's (3 s) and PROTOCOL.md's: not configurable, since the
@@ -99,6 +107,7 @@ func DefaultConfig() Config {
 		PeerSkewMax:    5 * time.Second,
 		ClockJumpMax:   time.Hour,
 		BorrowMax:      time.Second,
+		StartTimeout:   30 * time.Second,
 	}
 }
 
@@ -214,7 +223,7 @@ func (c Config) checkClock() []error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--clock-wait-max", c.ClockWaitMax}, {"--peer-skew-max", c.PeerSkewMax}, {"--clock-jump-max", c.ClockJumpMax}, {"--borrow-max", c.BorrowMax}} {
+	}{{"--clock-wait-max", c.ClockWaitMax}, {"--peer-skew-max", c.PeerSkewMax}, {"--clock-jump-max", c.ClockJumpMax}, {"--borrow-max", c.BorrowMax}, {"--start-timeout", c.StartTimeout}} {
 		if d.v < 0 {
 			add("%s %v: want >= 0", d.name, d.v)
 		}

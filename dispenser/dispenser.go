@@ -45,7 +45,8 @@ type Dispenser struct {
 	forever       *workerid.Forever
 	floor         int64
 	snowflakes    *snowflake.Generator
-	heartbeat     *workerid.Heartbeat
+	heartbeat     *workerKeeper  // the heartbeat of the worker ID held, and the next one's after a loss
+	recovery      *recoveryWatch // time from a fault's end to full service (recovery.go)
 	timeResponder *workerid.TimeResponder
 	batches       *pools.Batches
 	poolStream    *pools.Stream
@@ -98,8 +99,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Dispenser, error) {
 	}
 	d.log = d.opts.logger.With("node", cfg.NodeID)
 	d.clock = d.opts.clock
+	d.recovery = newRecoveryWatch(d)
+	deadline := time.Now().Add(cfg.StartTimeout) // waits for dependencies end here (startwait.go)
 	for _, s := range d.steps() {
-		err := s.run(ctx)
+		err := d.runStep(ctx, s, deadline)
 		if err == nil && d.opts.afterStep != nil {
 			err = d.opts.afterStep(s.name, d)
 		}

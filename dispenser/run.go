@@ -52,6 +52,7 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	addLoop(&g, "batch pools", afterReady(d.segments.Ready(), d.batches.Run))
 	addLoop(&g, "pool stream", afterReady(d.segments.Ready(), d.poolStream.Run))
 	addLoop(&g, "heartbeat", d.heartbeat.Run)
+	addLoop(&g, "recovery watch", d.recovery.Run)
 	addLoop(&g, "time responder", d.timeResponder.Run)
 	addLoop(&g, "announcer", d.announce)
 	addLoop(&g, "peer range check", d.watchPeerRanges)

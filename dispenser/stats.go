@@ -15,6 +15,7 @@ func (d *Dispenser) endpointStats(endpoint string) any {
 			"tags":        d.segments.Stats(),
 			"pools":       ofKind(d.batches.Stats(), wire.Segment, poolKind),
 			"pool_stream": ofKind(d.poolStream.Stats(), wire.Segment, streamKind),
+			"recovery":    d.recovery.Stats(),
 		}
 	case "snowflake":
 		return d.rangeStats(map[string]any{
@@ -22,6 +23,8 @@ func (d *Dispenser) endpointStats(endpoint string) any {
 			"clock":       d.heartbeat.Stats(),
 			"pools":       ofKind(d.batches.Stats(), wire.Snowflake, poolKind),
 			"pool_stream": ofKind(d.poolStream.Stats(), wire.Snowflake, streamKind),
+			"recovery":    d.recovery.Stats(),
+			"worker":      d.workerStats(),
 		})
 	}
 	return nil

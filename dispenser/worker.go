@@ -85,7 +85,7 @@ func (d *Dispenser) acquireWorkerID(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("acquire a worker ID: %w", err)
 	}
-	d.lease = lease
+	d.lease = &heldLease{lease: lease} // the worker keeper replaces it after a loss (rejoin.go)
 	d.onClose("release worker ID", d.releaseLease)
 	d.log.Info("worker ID acquired", "worker_id", lease.WorkerID(), "registry", d.cfg.WorkerRegistry, "recorded", lease.Recorded())
 	return nil
@@ -100,6 +100,19 @@ func (d *Dispenser) checkClock(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	guard, err := d.newGuard()
+	if err != nil {
+		return err
+	}
+	if d.floor, err = guard.Start(ctx, d.lease); err != nil {
+		return fmt.Errorf("clock check: %w", err)
+	}
+	return nil
+}
+
+// newGuard builds the clock guard, at start and for each worker ID taken after a loss.
+func (d *Dispenser) newGuard() (*workerid.Guard, error) {
+	cfg := d.cfg
 	guardCfg := workerid.DefaultGuardConfig()
 	guardCfg.NodeID = cfg.NodeID
 	guardCfg.Prefix = cfg.Prefix
@@ -112,14 +125,7 @@ func (d *Dispenser) checkClock(ctx context.Context) (err error) {
 	guardCfg.ClockWaitMax = cfg.ClockWaitMax
 	guardCfg.PeerSkewMax = cfg.PeerSkewMax
 	guardCfg.Logger = d.log.With("component", "clock-guard")
-	guard, err := workerid.NewGuard(guardCfg)
-	if err != nil {
-		return err
-	}
-	if d.floor, err = guard.Start(ctx, d.lease); err != nil {
-		return fmt.Errorf("clock check: %w", err)
-	}
-	return nil
+	return workerid.NewGuard(guardCfg)
 }
 
 func (d *Dispenser) newSnowflakes(context.Context) (err error) {
@@ -134,13 +140,32 @@ func (d *Dispenser) newSnowflakes(context.Context) (err error) {
 	return err
 }
 
-// startHeartbeat builds the heartbeat and writes the first record before serving, so the
-// generator has a ceiling.
-func (d *Dispenser) startHeartbeat(ctx context.Context) (err error) {
+// startHeartbeat builds the heartbeat, under the worker keeper that takes a new worker
+// ID if this one is lost (rejoin.go), and writes the first record before serving, so
+// the generator has a ceiling.
+func (d *Dispenser) startHeartbeat(ctx context.Context) error {
+	held, ok := d.lease.(*heldLease)
+	if !ok {
+		held = &heldLease{lease: d.lease}
+	}
+	hb, err := d.newHeartbeat(held.get())
+	if err != nil {
+		return err
+	}
+	d.heartbeat = newWorkerKeeper(d, held, hb)
+	if err := hb.Beat(ctx); err != nil {
+		return fmt.Errorf("first heartbeat: %w", err)
+	}
+	return nil
+}
+
+// newHeartbeat builds the heartbeat of lease, which suspends the generator until its
+// first record is written.
+func (d *Dispenser) newHeartbeat(lease workerid.Lease) (*workerid.Heartbeat, error) {
 	cfg := d.cfg
 	hbCfg := workerid.DefaultHeartbeatConfig()
 	hbCfg.NodeID = cfg.NodeID
-	hbCfg.Lease = d.lease
+	hbCfg.Lease = lease
 	hbCfg.Generator = d.snowflakes
 	hbCfg.Forever = d.forever
 	hbCfg.Cache = cfg.cacheFile()
@@ -149,14 +174,7 @@ func (d *Dispenser) startHeartbeat(ctx context.Context) (err error) {
 	hbCfg.BorrowMax = cfg.clockMargin() // the guard waits out what the heartbeat allows
 	hbCfg.ClockJumpMax = cfg.ClockJumpMax
 	hbCfg.Logger = d.log.With("component", "heartbeat")
-	d.heartbeat, err = workerid.NewHeartbeat(hbCfg)
-	if err != nil {
-		return err
-	}
-	if err := d.heartbeat.Beat(ctx); err != nil {
-		return fmt.Errorf("first heartbeat: %w", err)
-	}
-	return nil
+	return workerid.NewHeartbeat(hbCfg)
 }
 
 // newTimeResponder builds the answerer of <prefix>.time for the peer checks of nodes that

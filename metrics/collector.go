@@ -21,6 +21,8 @@ type stateCollector struct {
 	poolReady, poolDepth, poolIDs *prometheus.Desc
 
 	natsConns, natsJSUsed, natsJSLimit *prometheus.Desc
+
+	faults, inFault, recoveryLast, recoveryMax *prometheus.Desc
 }
 
 func newStateCollector(src Sources, maxTags int) *stateCollector {
@@ -55,6 +57,11 @@ func newStateCollector(src Sources, maxTags int) *stateCollector {
 		natsConns:   d("leafbus_nats_connections", "Client connections of the embedded NATS server.", nil, nil),
 		natsJSUsed:  d("leafbus_nats_jetstream_used_bytes", "JetStream storage in use on the embedded server.", storage, nil),
 		natsJSLimit: d("leafbus_nats_jetstream_limit_bytes", "JetStream storage reserved on the embedded server.", storage, nil),
+
+		faults:       d("leafbus_faults_total", "Faults seen since start: a dependency down (NATS, ZooKeeper) or snowflake IDs not served.", nil, nil),
+		inFault:      d("leafbus_fault_active", "1 while a fault lasts: not serving fully.", nil, nil),
+		recoveryLast: d("leafbus_recovery_last_seconds", "The last fault's time from its end (the dependency back) to full service.", nil, nil),
+		recoveryMax:  d("leafbus_recovery_max_seconds", "The longest time from a fault's end to full service since start.", nil, nil),
 	}
 }
 
@@ -66,6 +73,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.sfWorker, c.sfLease, c.sfRecord, c.sfOffset, c.sfBorrowed, c.sfRefused,
 		c.poolReady, c.poolDepth, c.poolIDs,
 		c.natsConns, c.natsJSUsed, c.natsJSLimit,
+		c.faults, c.inFault, c.recoveryLast, c.recoveryMax,
 	} {
 		ch <- d
 	}
@@ -86,6 +94,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.NATS != nil {
 		c.collectNATS(ch, c.src.NATS())
+	}
+	if c.src.Recovery != nil {
+		r := c.src.Recovery()
+		ch <- counter(c.faults, float64(r.Faults))
+		ch <- gauge(c.inFault, boolFloat(r.InFault))
+		ch <- gauge(c.recoveryLast, r.Last.Seconds())
+		ch <- gauge(c.recoveryMax, r.Max.Seconds())
 	}
 }
 

@@ -273,6 +273,9 @@ func TestStateMetrics(t *testing.T) {
 		NATS: func() metrics.NATSServer {
 			return metrics.NATSServer{Connections: 4, JetStreamStore: 4096, JetStreamMaxStore: 1 << 30}
 		},
+		Recovery: func() metrics.Recovery {
+			return metrics.Recovery{Faults: 3, InFault: true, Last: 120 * time.Millisecond, Max: 1500 * time.Millisecond}
+		},
 	}})
 	fams := scrape(t, url)
 	pool := map[string]string{"kind": "segment", "tag": "orders", "pool": "replies"}
@@ -294,6 +297,10 @@ func TestStateMetrics(t *testing.T) {
 		{"leafbus_nats_connections", nil, 4},
 		{"leafbus_nats_jetstream_used_bytes", map[string]string{"storage": "file"}, 4096},
 		{"leafbus_nats_jetstream_limit_bytes", map[string]string{"storage": "file"}, 1 << 30},
+		{"leafbus_faults_total", nil, 3},
+		{"leafbus_fault_active", nil, 1},
+		{"leafbus_recovery_last_seconds", nil, 0.12},
+		{"leafbus_recovery_max_seconds", nil, 1.5},
 	} {
 		if got := value(t, fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -308,6 +315,7 @@ func TestNamingConventions(t *testing.T) {
 		Snowflake:   func() (metrics.Snowflake, bool) { return metrics.Snowflake{Lease: metrics.LeaseHeld}, true },
 		Pools:       func() []metrics.Pool { return []metrics.Pool{{Kind: "snowflake", Tag: "a", Where: "stream"}} },
 		NATS:        func() metrics.NATSServer { return metrics.NATSServer{} },
+		Recovery:    func() metrics.Recovery { return metrics.Recovery{} },
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,18 @@ type Sources struct {
 	Pools func() []Pool
 	// NATS returns the embedded NATS server's figures; nil when NATS is not embedded.
 	NATS func() NATSServer
+	// Recovery returns how the dispenser came back from faults.
+	Recovery func() Recovery
+}
+
+// Recovery is how a dispenser recovers from faults (a dependency down, its worker ID
+// lost): the time from the fault's end (the dependency back) to full service.
+type Recovery struct {
+	// Faults counts the faults seen since start; InFault is true while one lasts.
+	Faults  uint64
+	InFault bool
+	// Last is the last fault's time from its end to full service, Max the longest.
+	Last, Max time.Duration
 }
 
 // SegmentTag is one tag's double buffer (Leaf's SegmentBuffer) at one moment.

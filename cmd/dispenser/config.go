@@ -76,6 +76,7 @@ Flags:
 	fs.DurationVar(&c.PeerSkewMax, "peer-skew-max", c.PeerSkewMax, "largest distance from the peers' mean clock at first start")
 	fs.DurationVar(&c.ClockJumpMax, "clock-jump-max", c.ClockJumpMax, "a forward clock jump beyond this is logged and not recorded")
 	fs.DurationVar(&c.BorrowMax, "borrow-max", c.BorrowMax, "how far ahead of the clock pre-filled snowflake batches may reach")
+	fs.DurationVar(&c.StartTimeout, "start-timeout", c.StartTimeout, "at start, wait up to this long for NATS/JetStream, the segment store and the worker-ID registry to become ready (0: refuse at the first failure)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	return fs
