@@ -358,8 +358,9 @@ func (s *Service) handleIDs(kind wire.Kind) micro.HandlerFunc {
 const codeOK = 200
 
 // serveIDs parses one ID request and answers it with IDs, returning how many; or returns
-// the error to answer instead; or hands the request to waitForSegment, which answers
-// and observes it later, and returns 0 and no error.
+// the error to answer instead; or hands the request to waitForSegment (or, refused by a
+// generator that may issue again soon, waitForSnowflake), which answers and observes it
+// later, and returns 0 and no error.
 func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix string, counters *endpointCounters, start time.Duration) (int, error) {
 	subject := req.Subject()
 	tag := subject[min(len(subjectPrefix), len(subject)):]
@@ -388,8 +389,9 @@ func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix stri
 	case wire.Snowflake:
 		if s.cfg.Snowflakes == nil {
 			err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
-		} else {
-			err = s.cfg.Snowflakes.Fill(ids)
+		} else if err = s.cfg.Snowflakes.Fill(ids); mayResume(err) {
+			s.waitForSnowflake(req, p, enc, start, err) // snowflake_wait.go
+			return 0, nil
 		}
 	default:
 		if s.cfg.Segments == nil {
