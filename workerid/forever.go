@@ -100,9 +100,12 @@ func (f *Forever) GetWorker(ctx context.Context, id int64) (Record, error) {
 	return r, err
 }
 
-// RaiseWorker raises worker ID id's record to r: it writes r unless the stored record
-// already holds a timestamp and a ceiling at least as high (a holder that lost the ID
-// and writes late cannot lower what the next holder wrote). Compare-and-set, retried.
+// RaiseWorker raises worker ID id's record to r: it keeps the higher timestamp and the
+// higher ceiling of r and the stored record, so a holder that lost the ID and writes
+// late cannot lower what the next holder wrote. One exception: the same node's newer
+// record replaces its own older one outright, so that a clean stop's record (nothing
+// issued past its timestamp: its ceiling is its timestamp) lowers the ceiling of the
+// beats before it. Compare-and-set, retried.
 func (f *Forever) RaiseWorker(ctx context.Context, id int64, r Record) error {
 	key := WorkerKey(id)
 	b, err := json.Marshal(r)
@@ -116,6 +119,8 @@ func (f *Forever) RaiseWorker(ctx context.Context, id int64, r Record) error {
 			_, err = f.kv.Create(ctx, key, b)
 		case err != nil:
 			return err
+		case r.NodeID != "" && r.NodeID == prev.NodeID && r.Timestamp >= prev.Timestamp:
+			_, err = f.kv.Update(ctx, key, b, rev)
 		case prev.Timestamp >= r.Timestamp && prev.Ceiling >= r.Ceiling:
 			return nil
 		default:

@@ -175,10 +175,32 @@ func (g *Guard) borrowed(s recordSource) time.Duration {
 	return b
 }
 
-// limit is the highest timestamp the record's writer may have issued: ts plus the
-// heartbeat interval and its borrowing, or the ceiling it recorded when that is higher.
+// limit is the highest timestamp the record's writer may have issued: the ceiling it
+// recorded, which is exact (its run's interval and borrowing past ts, or ts itself after
+// a clean stop), or for a record without one, ts plus the heartbeat interval and this
+// run's borrow-max.
 func (g *Guard) limit(s recordSource) int64 {
-	return max(s.ts+(g.cfg.HeartbeatInterval+g.cfg.BorrowMax).Milliseconds(), s.ceiling)
+	if s.ceiling > 0 {
+		return s.ceiling
+	}
+	return s.ts + (g.cfg.HeartbeatInterval + g.cfg.BorrowMax).Milliseconds()
+}
+
+// covered reports whether a record without a ceiling is vouched for by one with a
+// ceiling of the same worker ID and at least its timestamp: the heartbeat writes the
+// worker ID's record (with its ceiling) before the registry's, in the same beat, and
+// any later beat or run records more, so that ceiling bounds what the writer of s was
+// allowed too.
+func covered(s recordSource, sources []recordSource) bool {
+	if s.ceiling > 0 || s.other {
+		return false
+	}
+	for _, c := range sources {
+		if c.ceiling > 0 && !c.other && c.ts >= s.ts {
+			return true
+		}
+	}
+	return false
 }
 
 // allowance is how far a record may be ahead of the clock without the clock being wrong.
@@ -223,7 +245,7 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 	now := g.cfg.Clock.Now().UnixMilli()
 	var rec recordSource // the one that sets the floor
 	for _, s := range sources {
-		if !s.other && (rec.ts == 0 || g.limit(s) > g.limit(rec)) {
+		if !s.other && !covered(s, sources) && (rec.ts == 0 || g.limit(s) > g.limit(rec)) {
 			rec = s
 		}
 		if s.ts <= now {

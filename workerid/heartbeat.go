@@ -274,7 +274,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	h.beats++
 	h.mu.Unlock()
 	var errs []error
-	wrote := h.writeOwn(ctx, ts, &errs)
+	wrote := h.writeOwn(ctx, ts, ts+h.margin, &errs)
 
 	renewStart := h.cfg.Monotonic()
 	rctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
@@ -308,9 +308,8 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 // every later start with this worker ID reads, whatever its node ID or host. (A restart
 // of this node reads all three, but the cache file and the node's key are not read by
 // the same worker ID restarted under another node ID.)
-func (h *Heartbeat) writeOwn(ctx context.Context, ts int64, errs *[]error) bool {
+func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, errs *[]error) bool {
 	id := h.cfg.Lease.WorkerID()
-	ceiling := ts + h.margin
 	wrote := false
 	if f := h.cfg.Forever; f != nil {
 		wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
@@ -634,7 +633,9 @@ func (h *Heartbeat) stop(ctx context.Context) {
 	defer cancel()
 	ts := h.nextRecord()
 	var errs []error
-	h.writeOwn(sctx, ts, &errs)
+	// The generator is suspended for good and ts covers all it issued: the records say
+	// so (ceiling ts), and a restart need not wait past anything else.
+	h.writeOwn(sctx, ts, ts, &errs)
 	if lost == nil { // a lost ID is someone else's: nothing to release
 		if err := h.cfg.Lease.Release(sctx, ts); err != nil {
 			errs = append(errs, fmt.Errorf("release lease: %w", err))

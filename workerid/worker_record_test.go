@@ -137,11 +137,18 @@ func TestForeverRaiseWorker(t *testing.T) {
 	wantErrIs(t, "GetWorker before any write", err, ErrNoRecord)
 	must(t, "RaiseWorker", f.RaiseWorker(ctx, 5, Record{WorkerID: 5, Timestamp: 2000, Ceiling: 6000, NodeID: "b"}))
 	must(t, "RaiseWorker lower", f.RaiseWorker(ctx, 5, Record{WorkerID: 5, Timestamp: 1000, Ceiling: 5000, NodeID: "a"}))
-	must(t, "RaiseWorker higher timestamp, lower ceiling", f.RaiseWorker(ctx, 5, Record{WorkerID: 5, Timestamp: 2500, Ceiling: 5500, NodeID: "b"}))
+	must(t, "RaiseWorker higher timestamp, lower ceiling, another node", f.RaiseWorker(ctx, 5, Record{WorkerID: 5, Timestamp: 2500, Ceiling: 5500, NodeID: "c"}))
 	got, err := f.GetWorker(ctx, 5)
 	must(t, "GetWorker", err)
-	if want := (Record{WorkerID: 5, Timestamp: 2500, Ceiling: 6000, NodeID: "b"}); got != want {
+	if want := (Record{WorkerID: 5, Timestamp: 2500, Ceiling: 6000, NodeID: "c"}); got != want {
 		t.Fatalf("GetWorker = %+v, want %+v", got, want)
+	}
+	// A clean stop of the holder: nothing issued past its timestamp.
+	must(t, "RaiseWorker clean stop", f.RaiseWorker(ctx, 5, Record{WorkerID: 5, Timestamp: 2600, Ceiling: 2600, NodeID: "c"}))
+	got, err = f.GetWorker(ctx, 5)
+	must(t, "GetWorker", err)
+	if want := (Record{WorkerID: 5, Timestamp: 2600, Ceiling: 2600, NodeID: "c"}); got != want {
+		t.Fatalf("GetWorker after the holder's clean stop = %+v, want %+v", got, want)
 	}
 	if _, err := f.Get(context.Background(), "a"); err == nil {
 		t.Fatalf("the worker ID's record must not appear as a node's")
@@ -196,4 +203,47 @@ func TestGuardOwnRecordOfAnotherWorkerID(t *testing.T) {
 	}
 	_, err = start(t0.Add(-10*time.Second), 4)
 	wantErrIs(t, "Start with another worker ID, clock set back", err, ErrClockBehindRecord)
+}
+
+// After a clean stop the records say nothing was issued past the last timestamp, so a
+// restart (or the next holder of the ID) waits only for the clock to pass it, not for
+// an interval and borrow-max more; after a crash it still waits the whole margin.
+func TestGuardCleanStopRecordSetsTheFloor(t *testing.T) {
+	env := startJS(t)
+	ctx := testCtx(t, 10*time.Second)
+	forever := openForever(t, env.js)
+	for _, tt := range []struct {
+		name    string
+		stop    bool
+		wantGap int64 // floor minus the last record
+	}{
+		{"clean stop", true, 0},
+		{"crash", false, 4000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lease := &fakeLease{id: 9}
+			cache := &CacheFile{Path: filepath.Join(t.TempDir(), "n1.json")}
+			clock := snowflake.NewFakeClock(t0)
+			h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+				c.Lease, c.Generator, c.Forever, c.Cache, c.Clock = lease, &fakeGen{}, forever, cache, clock
+			}))
+			must(t, "Beat", h.Beat(ctx))
+			clock.Add(time.Second)
+			last := t0ms
+			if tt.stop {
+				stop, _ := runHeartbeat(t, h)
+				must(t, "stop", stop())
+				last = t0ms + 1000
+			}
+			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+				c.NodeID, c.Forever, c.Cache, c.Clock, c.Logger = "n1", forever, cache, clock, testLogger(t)
+			}))
+			must(t, "NewGuard", err)
+			floor, err := g.Start(ctx, &fakeLease{id: 9, recorded: last})
+			must(t, "Start", err)
+			if floor != last+tt.wantGap {
+				t.Fatalf("floor = %s, want %s", fmtMs(floor), fmtMs(last+tt.wantGap))
+			}
+		})
+	}
 }
