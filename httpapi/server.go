@@ -188,8 +188,9 @@ type Server struct {
 	status   *statusPage
 	draining atomic.Bool // set when Run's context ends: /readyz answers 503
 
-	mu sync.Mutex
-	ln net.Listener // set by Listen, taken by Run
+	mu     sync.Mutex
+	ln     net.Listener // set by Listen, taken by Run
+	closed bool         // Close was called: Run serves no more
 
 	ids  sync.Pool // *[]int64
 	bufs sync.Pool // *[]byte
@@ -313,11 +314,32 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
+// Close stops serving at once, without waiting for requests in progress (Run's end
+// waits for them): it closes the listener Listen bound, also when Run never served on
+// it (a dispenser whose start failed after binding), and makes a later Run fail. Safe
+// to call more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	ln := s.ln
+	s.mu.Unlock()
+	err := s.srv.Close()
+	if ln != nil {
+		if cerr := ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
 // listener is the listener Listen bound, or a new one on the address taken as explicit.
 func (s *Server) listener() (net.Listener, error) {
 	s.mu.Lock()
-	ln := s.ln
+	ln, closed := s.ln, s.closed
 	s.mu.Unlock()
+	if closed {
+		return nil, errors.New("http: server closed")
+	}
 	if ln != nil {
 		return ln, nil
 	}

@@ -251,6 +251,32 @@ func TestListenRule(t *testing.T) {
 	ln.Close()
 }
 
+// TestCloseWithoutRun: Close gives back the port Listen bound though Run never served
+// on it (a dispenser whose start failed later), and a Run after Close fails.
+func TestCloseWithoutRun(t *testing.T) {
+	srv, err := httpapi.New("127.0.0.1:0", httpapi.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(true); err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr().String()
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("bind %s after Close: %v, want the port free", addr, err)
+	}
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Run(ctx); err == nil {
+		t.Error("Run after Close = nil, want an error")
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []struct {
 		name   string
