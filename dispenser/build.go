@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,7 +36,9 @@ func (d *Dispenser) steps() []step {
 		{"heartbeat", d.startHeartbeat},
 		{"time responder", d.newTimeResponder},
 		{"pools", d.newPools},
+		{"metrics", d.newMetrics},
 		{"service", d.startService},
+		{"http", d.startHTTP},
 	}
 }
 
@@ -181,6 +184,8 @@ func (d *Dispenser) startService(context.Context) error {
 	}
 	svcCfg.Stats = d.endpointStats
 	svcCfg.Logger = d.log.With("component", "service")
+	svcCfg.Observer = d.metrics
+	svcCfg.Metadata = map[string]string{"node_id": cfg.NodeID, "worker_id": strconv.FormatInt(d.lease.WorkerID(), 10)}
 	svcCfg.Metadata = d.rangeMetadata(svcCfg.Metadata) // worker_range.go
 	svc, err := service.New(svcConn, svcCfg)
 	if err != nil {

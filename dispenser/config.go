@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
@@ -73,6 +75,17 @@ type Config struct {
 	// another process under this identity, a store behind its marks) is never waited
 	// out (startwait.go).
 	StartTimeout time.Duration
+
+	// HTTP is the HTTP listener (--http, PROTOCOL.md "HTTP"): Leaf's API, the status
+	// page, /metrics and the probes; "" turns it off. HTTPExplicit says the operator set
+	// it (flag or LEAFBUS_HTTP): an explicit address that cannot be bound is a start-up
+	// error, while the default taken by another process (several dispensers on one host)
+	// is a warning, and the dispenser serves without HTTP.
+	HTTP         string
+	HTTPExplicit bool
+	// MetricsMaxTags bounds the tag label of the per-tag segment metrics
+	// (--metrics-max-tags): the busiest tags by name, the rest summed as tag="_other".
+	MetricsMaxTags int
 }
 
 // HeartbeatInterval is Leaf's (3 s) and PROTOCOL.md's: not configurable, since the
@@ -107,6 +120,8 @@ func DefaultConfig() Config {
 		PeerSkewMax:    5 * time.Second,
 		ClockJumpMax:   time.Hour,
 		BorrowMax:      time.Second,
+		HTTP:           httpapi.DefaultAddr,
+		MetricsMaxTags: metrics.DefaultMaxTags,
 		StartTimeout:   30 * time.Second,
 	}
 }
@@ -157,6 +172,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.checkClock()...)
+	errs = append(errs, c.checkHTTP()...)
 	return errors.Join(errs...)
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/service"
@@ -51,7 +53,9 @@ type Dispenser struct {
 	batches       *pools.Batches
 	poolStream    *pools.Stream
 	svc           *service.Service
-	peerRanges    peerRangeWatch // the peers' worker-ID ranges, checked while Run runs (worker_range.go)
+	metrics       *metrics.Metrics // told of every answer, read by /metrics (http.go)
+	http          *httpapi.Server  // nil: HTTP off, or the default address was taken
+	peerRanges    peerRangeWatch   // the peers' worker-ID ranges, checked while Run runs (worker_range.go)
 
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer

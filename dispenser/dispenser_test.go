@@ -108,23 +108,28 @@ func TestNewRefuses(t *testing.T) {
 // read them.
 func TestBanner(t *testing.T) {
 	tests := []struct {
-		name, url, prefix, want string
+		name, url, prefix, status, want string
 	}{
-		{"DefaultURL", nats.DefaultURL, "leaf", "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
+		{"DefaultURL", nats.DefaultURL, "leaf", "", "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
 			"  nats req leaf.segment.leaf-segment-test \"\"\n" +
 			"  nats req leaf.snowflake.any \"\"\n" +
 			"  nats req leaf.segment.leaf-segment-test 5      (five IDs)\n"},
-		{"OtherURL", "nats://127.0.0.1:41234", "acme", "leafbus is serving on nats://127.0.0.1:41234. Ask for IDs with the nats CLI:\n" +
+		{"OtherURL", "nats://127.0.0.1:41234", "acme", "", "leafbus is serving on nats://127.0.0.1:41234. Ask for IDs with the nats CLI:\n" +
 			"  nats --server nats://127.0.0.1:41234 req acme.segment.leaf-segment-test \"\"\n" +
 			"  nats --server nats://127.0.0.1:41234 req acme.snowflake.any \"\"\n" +
 			"  nats --server nats://127.0.0.1:41234 req acme.segment.leaf-segment-test 5      (five IDs)\n"},
+		{"StatusPage", nats.DefaultURL, "leaf", "http://127.0.0.1:8080/", "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
+			"  nats req leaf.segment.leaf-segment-test \"\"\n" +
+			"  nats req leaf.snowflake.any \"\"\n" +
+			"  nats req leaf.segment.leaf-segment-test 5      (five IDs)\n" +
+			"status page: http://127.0.0.1:8080/\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			writeBanner(&b, tt.url, tt.prefix)
+			writeBanner(&b, tt.url, tt.prefix, tt.status)
 			if b.String() != tt.want {
-				t.Errorf("writeBanner(%q, %q) =\n%q\nwant\n%q", tt.url, tt.prefix, b.String(), tt.want)
+				t.Errorf("writeBanner(%q, %q, %q) =\n%q\nwant\n%q", tt.url, tt.prefix, tt.status, b.String(), tt.want)
 			}
 		})
 	}

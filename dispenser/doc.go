@@ -3,10 +3,11 @@
 //
 // New builds every part in order (NATS, embedded or not; the segment store and
 // generator; the worker-ID registry and lease; the clock guard; the snowflake generator
-// and its heartbeat; the time responder; the pools and the micro service), Run runs them
-// as one oklog/run group, and Close undoes what New built, in one place. A start that
-// fails at any step is undone by that same Close before New returns, so a worker ID
-// acquired on the way is given back at once rather than held until a lease expires.
+// and its heartbeat; the time responder; the pools; the metrics, the micro service and
+// the HTTP face), Run runs them as one oklog/run group, and Close undoes what New built,
+// in one place. A start that fails at any step is undone by that same Close before New
+// returns, so a worker ID acquired on the way is given back at once rather than held
+// until a lease expires.
 //
 //	d, err := dispenser.New(ctx, cfg, dispenser.WithLogger(logger))
 //	if err != nil {

@@ -97,6 +97,9 @@ func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 // Addr is the address the server listens on (the port resolved when 0 was asked for).
 func (e *Embedded) Addr() *net.TCPAddr { return e.srv.Addr().(*net.TCPAddr) }
 
+// Varz is the server's monitoring snapshot, what its /varz endpoint serves.
+func (e *Embedded) Varz() (*server.Varz, error) { return e.srv.Varz(nil) }
+
 // Connect opens an in-process connection (no TCP round trip for the dispenser itself).
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	opts = append([]nats.Option{nats.InProcessServer(inProcessServer{e.srv})}, opts...)

@@ -19,6 +19,7 @@ func testConfig(tb testing.TB) Config {
 	c.Listen = "127.0.0.1:0"
 	c.DataDir = tb.TempDir()
 	c.NodeID = "test-node"
+	c.HTTP = "127.0.0.1:0" // a port of its own: tests never contend for the default
 	return c
 }
 

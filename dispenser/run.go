@@ -12,7 +12,8 @@ import (
 // Run runs every part as one oklog/run group until ctx ends, a signal of WithSignals
 // arrives, Close is called, or a part fails; it returns nil on a clean stop and the
 // failing part's error otherwise. The parts stop in this order, each waiting for its
-// part to finish: stop serving (answering what was delivered), stop loading segments
+// part to finish: stop serving NATS (answering what was delivered), then HTTP (which
+// serves until NATS has drained, and then answers what it took), stop loading segments
 // and filling pools, write the last heartbeat record and give the worker ID back. Close
 // undoes the rest. Run may be called once.
 func (d *Dispenser) Run(ctx context.Context) error {
@@ -46,6 +47,10 @@ func (d *Dispenser) Run(ctx context.Context) error {
 			_ = d.svc.Stop() // its error is Close's to report: Stop returns the same every call
 			close(stopped)
 		})
+	}
+	if d.http != nil {
+		// Interrupted after the service, whose interrupt returns once NATS has drained.
+		addLoop(&g, "http", d.http.Run)
 	}
 	addLoop(&g, "segment loader", d.segments.Run)
 	// The pools fill once the tag list is in; before, every segment fill would fail.
@@ -143,18 +148,18 @@ func (d *Dispenser) announce(ctx context.Context) error {
 		return nil
 	}
 	cfg := d.cfg
-	d.log.Info("serving", "nats", d.clientURL, "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)
+	d.log.Info("serving", "nats", d.clientURL, "http", d.statusURL(), "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)
 	if d.opts.banner != nil {
-		writeBanner(d.opts.banner, d.clientURL, cfg.Prefix)
+		writeBanner(d.opts.banner, d.clientURL, cfg.Prefix, d.statusURL())
 	}
 	close(d.ready)
 	<-ctx.Done()
 	return nil
 }
 
-// writeBanner tells a newcomer how to ask for IDs with the nats CLI. Scripts read these
-// lines: keep them byte for byte.
-func writeBanner(w io.Writer, url, prefix string) {
+// writeBanner tells a newcomer how to ask for IDs with the nats CLI and, when HTTP
+// serves, where the status page is. Scripts read these lines: keep them byte for byte.
+func writeBanner(w io.Writer, url, prefix, statusURL string) {
 	server := ""
 	if url != "nats://127.0.0.1:4222" {
 		server = " --server " + url
@@ -164,4 +169,7 @@ func writeBanner(w io.Writer, url, prefix string) {
   nats%s req %s.snowflake.any ""
   nats%s req %s.segment.%s 5      (five IDs)
 `, url, server, prefix, SampleTagName, server, prefix, server, prefix, SampleTagName)
+	if statusURL != "" {
+		fmt.Fprintf(w, "status page: %s\n", statusURL)
+	}
 }

@@ -43,6 +43,7 @@ func startEmbedded(ctx context.Context, cfg Config, logger *slog.Logger) (url st
 	dcfg.SampleTag = false
 	dcfg.WorkerRegistry = "static"
 	dcfg.WorkerID = 0
+	dcfg.HTTP = "" // bench loads NATS; a dispenser on this host may hold the default port
 	opts := []dispenser.Option{dispenser.WithLogger(logger)}
 	for _, tag := range cfg.Tags {
 		opts = append(opts, dispenser.WithTags(segment.Tag{Name: tag, MaxID: 1, Step: embeddedTagStep, Description: "bench"}))

@@ -76,6 +76,8 @@ Flags:
 	fs.DurationVar(&c.PeerSkewMax, "peer-skew-max", c.PeerSkewMax, "largest distance from the peers' mean clock at first start")
 	fs.DurationVar(&c.ClockJumpMax, "clock-jump-max", c.ClockJumpMax, "a forward clock jump beyond this is logged and not recorded")
 	fs.DurationVar(&c.BorrowMax, "borrow-max", c.BorrowMax, "how far ahead of the clock pre-filled snowflake batches may reach")
+	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP listener host:port: Leaf's HTTP API, the status page, /metrics, /healthz, /readyz; empty turns it off. When not given and the default is taken, the dispenser warns and serves without HTTP")
+	fs.IntVar(&c.MetricsMaxTags, "metrics-max-tags", c.MetricsMaxTags, "per-tag segment metrics name the busiest this many tags; the rest are summed as tag=\"_other\"")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", c.StartTimeout, "at start, wait up to this long for NATS/JetStream, the segment store and the worker-ID registry to become ready (0: refuse at the first failure)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
@@ -98,6 +100,8 @@ func (c *Config) parse(args []string, getenv func(string) string, stderr io.Writ
 	if err := applyEnv(fs, getenv); err != nil {
 		return &usageError{err}
 	}
+	// Only an address the operator gave (flag or environment) must be bound to start.
+	fs.Visit(func(f *flag.Flag) { c.HTTPExplicit = c.HTTPExplicit || f.Name == "http" })
 	if err := c.Validate(); err != nil {
 		return &usageError{err}
 	}

@@ -101,6 +101,7 @@ func testDefaults(tb testing.TB, configure func(*testConfig)) *testConfig {
 	c.Listen = "127.0.0.1:0"
 	c.DataDir = tb.TempDir()
 	c.NodeID = "test-node"
+	c.HTTP = "127.0.0.1:0" // a port of its own: tests never contend for the default
 	if configure != nil {
 		configure(c)
 	}

@@ -1,0 +1,158 @@
+package dispenser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/service"
+)
+
+// The HTTP face (PROTOCOL.md "HTTP"): the metrics are built before the service, which
+// reports every NATS answer to them, and the HTTP server after it, on the same
+// generators. Run serves HTTP until the NATS service has drained.
+
+// newMetrics builds the Prometheus registry over this dispenser's parts: the segment
+// buffers, the snowflake worker and its lease, the pools and the embedded NATS server.
+func (d *Dispenser) newMetrics(context.Context) (err error) {
+	d.metrics, err = metrics.New(metrics.Config{
+		Version: service.DefaultConfig().Version,
+		MaxTags: d.cfg.MetricsMaxTags,
+		Sources: d.sources(),
+	})
+	return err
+}
+
+// sources are the snapshots /metrics and the status page read.
+func (d *Dispenser) sources() metrics.Sources {
+	cfg := d.cfg
+	src := metrics.Sources{
+		SegmentTags: httpapi.SegmentState(d.segments),
+		Snowflake:   httpapi.SnowflakeState(d.snowflakes, d.heartbeat, cfg.WorkerRegistry, cfg.leaseTTL()),
+		Pools:       httpapi.PoolState(d.batches, d.poolStream),
+	}
+	if d.embedded != nil {
+		src.NATS = d.embedded.metricsSource
+	}
+	if d.recovery != nil {
+		src.Recovery = d.recovery.Metrics
+	}
+	return src
+}
+
+// startHTTP binds --http by PROTOCOL.md's rule: the default address taken by another
+// process (several dispensers on one host) is a warning, and this dispenser serves
+// without HTTP; any other failure is a start-up error. Run serves on the bound address.
+func (d *Dispenser) startHTTP(context.Context) error {
+	cfg := d.cfg
+	if cfg.HTTP == "" {
+		return nil
+	}
+	hc := httpapi.Config{
+		Version:    service.DefaultConfig().Version,
+		MaxBatch:   cfg.MaxBatch,
+		Layout:     cfg.Layout(),
+		WaitMax:    service.DefaultConfig().WaitMax,
+		Segments:   d.segments,
+		Snowflakes: d.snowflakes,
+		Metrics:    d.metrics,
+		Readiness:  httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat),
+		Status: httpapi.Status{
+			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: d.clientURL, SegmentStore: cfg.SegmentStore,
+			Sources: d.sources(),
+			Cluster: httpapi.Discover(d.nc, cfg.Prefix),
+		},
+		Logger: d.log.With("component", "http"),
+	}
+	if len(cfg.Pools) > 0 {
+		hc.Batches = d.batches
+	}
+	if cfg.SegmentStore == "mysql" {
+		hc.Status.Rows = d.store // Leaf's leaf_alloc rows, as its /db page shows them
+	}
+	srv, err := httpapi.New(cfg.HTTP, hc)
+	if err != nil {
+		return err
+	}
+	switch err := srv.Listen(cfg.HTTPExplicit); {
+	case errors.Is(err, httpapi.ErrDefaultTaken):
+		d.log.Warn("serving without HTTP", "err", err)
+		return nil
+	case err != nil:
+		return err
+	}
+	d.http = srv
+	d.onClose("http server", srv.Close)
+	return nil
+}
+
+// HTTPAddr is the address the HTTP face listens on (the port resolved when 0 was asked
+// for), or nil when it is off or the default address was taken.
+func (d *Dispenser) HTTPAddr() net.Addr {
+	if d.http == nil {
+		return nil
+	}
+	return d.http.Addr()
+}
+
+// statusURL is the status page's URL for the banner, "" without HTTP. An address on
+// every interface is shown as loopback, where it can certainly be opened.
+func (d *Dispenser) statusURL() string {
+	addr, ok := d.HTTPAddr().(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	ip := addr.IP
+	switch {
+	case ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return "http://" + net.JoinHostPort(ip.String(), fmt.Sprint(addr.Port)) + "/"
+}
+
+// metricsSource is the embedded server's figures for /metrics: its client connections
+// and JetStream storage. A server whose JetStream is off or not up yet reports no
+// storage rather than failing the scrape.
+func (e *Embedded) metricsSource() metrics.NATSServer {
+	v, err := e.Varz()
+	if err != nil {
+		return metrics.NATSServer{}
+	}
+	n := metrics.NATSServer{Connections: v.Connections}
+	if s := v.JetStream.Stats; s != nil {
+		n.JetStreamMemory, n.JetStreamStore = s.Memory, s.Store
+	}
+	if c := v.JetStream.Config; c != nil {
+		n.JetStreamMaxMemory, n.JetStreamMaxStore = c.MaxMemory, c.MaxStore
+	}
+	return n
+}
+
+// leaseTTL is how long the worker ID's lease lasts unrenewed, for the metrics: the KV
+// registry's and ZooKeeper's with --zk-recycle; 0 for a worker ID held for good.
+func (c Config) leaseTTL() time.Duration {
+	if c.WorkerRegistry == "kv" || (c.WorkerRegistry == "zk" && c.ZKRecycle) {
+		return c.LeaseTTL
+	}
+	return 0
+}
+
+// checkHTTP checks --http and --metrics-max-tags.
+func (c Config) checkHTTP() []error {
+	var errs []error
+	if c.HTTP != "" {
+		if _, _, err := splitHostPort(c.HTTP); err != nil {
+			errs = append(errs, fmt.Errorf("--http %q: %w (empty turns HTTP off)", c.HTTP, err))
+		}
+	}
+	if c.MetricsMaxTags < 0 {
+		errs = append(errs, fmt.Errorf("--metrics-max-tags %d: want 0 or more", c.MetricsMaxTags))
+	}
+	return errs
+}
