@@ -454,6 +454,12 @@ func TestParseFlags(t *testing.T) {
 		{"ErrTagTooLong", []string{"--tags", strings.Repeat("t", wire.MaxTagLen+1)}, nil, true},
 		{"ErrAuth", []string{"--token", "t", "--user", "u"}, nil, true},
 		{"ErrPositional", []string{"extra"}, nil, true},
+		{"HTTP", []string{"--http", "http://127.0.0.1:8080", "--batch", "5"}, func(c Config) bool { return c.HTTP == "http://127.0.0.1:8080" && c.Batch == 5 }, false},
+		{"ErrHTTPWithNats", []string{"--http", "http://127.0.0.1:8080", "--nats", "nats://x:4222"}, nil, true},
+		{"ErrHTTPWithEmbedded", []string{"--http", "http://127.0.0.1:8080", "--embedded"}, nil, true},
+		{"ErrHTTPBinary", []string{"--http", "http://127.0.0.1:8080", "--encoding", "binary"}, nil, true},
+		{"ErrHTTPBaseline", []string{"--http", "http://127.0.0.1:8080", "--baseline", "echo"}, nil, true},
+		{"ErrHTTPNotAURL", []string{"--http", "127.0.0.1:8080"}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,9 +14,11 @@ import (
 // closeWait bounds how long closing a connection waits for nats.go's callbacks to end.
 const closeWait = 5 * time.Second
 
-// benchConn is one NATS connection of the bench: a load client or an echo responder.
+// benchConn is one client of the bench: a NATS connection (a load client or an echo
+// responder), or with --http a load client of Leaf's HTTP API (web, and no nc).
 type benchConn struct {
 	nc     *nats.Conn
+	web    *httpClient
 	slow   atomic.Int64  // slow-consumer events: replies nats.go dropped (they become timeouts)
 	closed chan struct{} // closed by nats.go's last callback, once the connection is gone
 }
@@ -60,6 +62,9 @@ func connect(cfg client.ConnConfig, name string, logger *slog.Logger) (*benchCon
 // connectClients opens one connection per load client. It returns the ones it opened
 // even on error, for the caller to close.
 func connectClients(cfg Config, logger *slog.Logger) ([]*benchConn, error) {
+	if cfg.HTTP != "" {
+		return httpClients(cfg), nil
+	}
 	var clients []*benchConn
 	for i := range cfg.Clients {
 		cl, err := connect(cfg.Conn, fmt.Sprintf("leafbus-bench-%d", i), logger)
@@ -72,9 +77,14 @@ func connectClients(cfg Config, logger *slog.Logger) ([]*benchConn, error) {
 }
 
 // closeClients closes the connections and waits until nats.go has run their last
-// callbacks, so nothing of theirs outlives the run.
+// callbacks (an HTTP client, until its requests in flight ended), so nothing of theirs
+// outlives the run.
 func closeClients(clients []*benchConn) {
 	for _, cl := range clients {
+		if cl.web != nil {
+			cl.web.close(cl.closed)
+			continue
+		}
 		cl.nc.Close()
 	}
 	timeout := time.NewTimer(closeWait)

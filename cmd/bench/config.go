@@ -21,6 +21,9 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 type Config struct {
 	Conn     client.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
 	Embedded bool              // start a dispenser in this process instead of using --nats
+	// HTTP is the base URL of a server with Leaf's HTTP API to load instead of NATS
+	// (leafbus's gateway, Leaf itself); "" loads NATS.
+	HTTP string
 
 	// StoreDelay, with Embedded, slows every segment store call down by this much.
 	StoreDelay time.Duration
@@ -75,6 +78,8 @@ and reports throughput, errors by code and latency percentiles.
   bench --rate 20000 --duration 30s        open loop: 20,000 requests/s whatever the latency
   bench --check --baseline echo            also look for duplicate IDs, and compare with a bare
                                            NATS responder on the same server (the headline ratio)
+  bench --http http://127.0.0.1:8080       the same load on a Leaf-compatible HTTP server
+                                           (leafbus's gateway, Leaf, another port of Leaf's API)
 
 Closed loop (the default): each of --clients connections keeps --inflight requests
 outstanding and sends the next as soon as one completes. Open loop (--rate): requests are
@@ -103,6 +108,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
 	cfg.Conn.RegisterFlags(fs)
 	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
+	fs.StringVar(&cfg.HTTP, "http", "", "load a server with Leaf's HTTP API at this base `URL` instead of NATS: GET /api/segment/get/{tag} and /api/snowflake/get/{tag}, ?count=N for --batch; text replies only")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run (with --embedded, the dispenser's too) to this `file`")
 	fs.DurationVar(&cfg.StoreDelay, "store-delay", 0, "with --embedded: delay every segment store call by this much, as a slow database would")
 
@@ -151,6 +157,9 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	if cfg.Embedded && set["nats"] {
 		return cfg, fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, cfg.Conn.URLs)
 	}
+	if cfg.HTTP != "" && (set["nats"] || cfg.Embedded) {
+		return cfg, fmt.Errorf("%w: --http %s loads an HTTP server; drop --nats and --embedded", ErrInvalidConfig, cfg.HTTP)
+	}
 	if set["store-delay"] && !cfg.Embedded {
 		return cfg, fmt.Errorf("%w: --store-delay %v slows the store of an --embedded dispenser only", ErrInvalidConfig, cfg.StoreDelay)
 	}
@@ -164,6 +173,23 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 		return cfg, fmt.Errorf("%w: --check-mem %d needs --check-spill", ErrInvalidConfig, cfg.CheckMem)
 	}
 	return cfg, cfg.Validate()
+}
+
+// validateTransport checks the connection flags of the transport that will be loaded:
+// NATS (unless --embedded), or --http, which neither has binary replies nor a bare
+// responder to compare with.
+func (c Config) validateTransport() error {
+	switch {
+	case c.HTTP == "" && !c.Embedded:
+		return c.Conn.Validate()
+	case c.HTTP == "":
+		return nil
+	case c.Encoding != wire.Text:
+		return fmt.Errorf("--encoding %s: Leaf's HTTP API answers text only", c.Encoding)
+	case c.Baseline != "":
+		return fmt.Errorf("--baseline %s compares with a NATS responder; it does not apply to --http", c.Baseline)
+	}
+	return checkHTTPBase(c.HTTP)
 }
 
 func splitList(s string) []string {
@@ -181,10 +207,8 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
-	if !c.Embedded {
-		if err := c.Conn.Validate(); err != nil {
-			return bad("%v", err)
-		}
+	if err := c.validateTransport(); err != nil {
+		return bad("%v", err)
 	}
 	switch {
 	case c.Kind != wire.Segment && c.Kind != wire.Snowflake:

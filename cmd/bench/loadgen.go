@@ -95,6 +95,7 @@ type worker struct {
 	inbox string
 	msgs  chan *nats.Msg
 	sub   *nats.Subscription
+	gone  chan struct{} // --http: closed when the phase ends, so late answers are dropped
 
 	// Owned by the receiving goroutine.
 	base     int64 // sequence number of win[0]
@@ -131,7 +132,7 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 	workers := make([]*worker, 0, len(clients))
 	defer func() {
 		for _, w := range workers {
-			w.sub.Unsubscribe()
+			w.unsubscribe()
 		}
 	}()
 	for i, cl := range clients {
@@ -144,6 +145,9 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 		workers = append(workers, w)
 	}
 	for i, cl := range clients {
+		if cl.nc == nil {
+			continue // HTTP: each request finds out for itself
+		}
 		if err := cl.nc.FlushTimeout(spec.timeout); err != nil {
 			return nil, fmt.Errorf("client %d: NATS server does not answer: %w", i, err)
 		}
@@ -183,8 +187,14 @@ func newWorker(id int, cl *benchConn, spec *loadSpec, clients int, logger *slog.
 	return w
 }
 
-// subscribe opens the worker's reply inbox.
+// subscribe opens the worker's reply inbox. An HTTP client's answers come to the same
+// channel, under made-up reply subjects.
 func (w *worker) subscribe() error {
+	if w.cl.web != nil {
+		w.inbox, w.gone = "http", make(chan struct{})
+		w.msgs = make(chan *nats.Msg, w.replyBuffer())
+		return nil
+	}
 	w.inbox = w.cl.nc.NewInbox()
 	w.msgs = make(chan *nats.Msg, w.replyBuffer())
 	sub, err := w.cl.nc.ChanSubscribe(w.inbox+".*", w.msgs)
@@ -399,10 +409,27 @@ func (w *worker) tag(seq int64) int32 {
 	return int32((int64(w.id) + seq) % int64(len(w.spec.subjects)))
 }
 
+// unsubscribe closes the worker's reply inbox once the phase has ended.
+func (w *worker) unsubscribe() {
+	if w.sub != nil {
+		w.sub.Unsubscribe()
+	}
+	if w.gone != nil {
+		close(w.gone)
+	}
+}
+
+// publish sends request seq for tag: over NATS, or as a GET of the tag's URL (--http,
+// where spec.subjects holds URLs).
 func (w *worker) publish(seq int64, tag int32) error {
+	reply := w.inbox + "." + strconv.FormatInt(seq, 10)
+	if w.cl.web != nil {
+		w.cl.web.send(w.spec.subjects[tag], reply, w.msgs, w.gone)
+		return nil
+	}
 	return w.cl.nc.PublishMsg(&nats.Msg{
 		Subject: w.spec.subjects[tag],
-		Reply:   w.inbox + "." + strconv.FormatInt(seq, 10),
+		Reply:   reply,
 		Header:  w.spec.header,
 		Data:    w.spec.body,
 	})

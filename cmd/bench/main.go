@@ -1,6 +1,7 @@
 // Command bench is leafbus's load tester. It speaks only the wire protocol (NATS
 // request/reply, PROTOCOL.md) to a running deployment, or to a dispenser it starts in
-// process with --embedded, and reports throughput, errors by code and latency
+// process with --embedded, or with --http Leaf's HTTP API to any server that has it
+// (leafbus's gateway, Leaf itself), and reports throughput, errors by code and latency
 // percentiles. Like wrk2 it has an open loop (--rate) whose latency counts from when a
 // request was due, so queueing cannot hide behind a slowed-down client; like a plain
 // client it has a closed loop (--clients x --inflight pipelined requests).
@@ -11,8 +12,9 @@
 //   - requests/s and IDs/s count good replies over the time from the end of the warm-up
 //     to the last measured request's completion (reply or timeout).
 //   - Latency percentiles (an HDR-style histogram, within 1% from 1 µs to 60 s) are of
-//     good replies; errors are counted by Nats-Service-Error-Code, no_responders,
-//     timeout, bad_reply (a body that breaks PROTOCOL.md) and send.
+//     good replies; errors are counted by Nats-Service-Error-Code (the HTTP status with
+//     --http), no_responders, timeout, bad_reply (a body that breaks PROTOCOL.md), send
+//     and transport (an HTTP request with no answer at all).
 //   - --check keeps every ID received, warm-up and late replies included, and reports
 //     duplicates (exit status 1) and, for segment IDs, replies that go below the same
 //     client's previous one for the tag (information only: PROTOCOL.md promises

@@ -34,6 +34,8 @@ func errKey(err error) string {
 		return strconv.Itoa(we.Code)
 	case errors.Is(err, nats.ErrNoResponders):
 		return errKeyNoResponders
+	case errors.Is(err, errTransport):
+		return errKeyTransport
 	default:
 		return errKeyBadReply
 	}
@@ -45,9 +47,13 @@ func errKey(err error) string {
 // allocation beyond dst's growth: this runs once per reply on the hot path of the load
 // generator, for the dispenser and the echo baseline alike.
 //
-// Errors: a *wire.Error for a dispenser's error reply, nats.ErrNoResponders, or one that
-// matches wire.ErrBadReply (and wire.ErrOutOfOrder when that is what was wrong).
+// Errors: a *wire.Error for a dispenser's error reply (an HTTP error status, with
+// --http), nats.ErrNoResponders, errTransport for an HTTP request that got no answer, or
+// one that matches wire.ErrBadReply (and wire.ErrOutOfOrder when that is what was wrong).
 func parseReply(h nats.Header, data []byte, batch int, enc wire.Encoding, dst []int64) ([]int64, error) {
+	if why := h.Get(transportErrorHeader); why != "" {
+		return dst, fmt.Errorf("%w: %s", errTransport, why)
+	}
 	if code := h.Get(wire.ServiceErrorCodeHeader); code != "" {
 		return dst, wire.ReplyError(code, h.Get(wire.ServiceErrorHeader))
 	}

@@ -16,7 +16,8 @@ import (
 // Report is everything a run measured; --json prints it as is. Latencies are in
 // microseconds, rates per second, IDs as strings (they exceed 2^53).
 type Report struct {
-	Target      string   `json:"target"` // the NATS URLs, credentials removed
+	Transport   string   `json:"transport"` // "nats", or "http" with --http
+	Target      string   `json:"target"`    // the NATS URLs or the HTTP base URL, credentials removed
 	Kind        string   `json:"kind"`
 	Tags        []string `json:"tags"`
 	Batch       int      `json:"batch"`
@@ -107,13 +108,16 @@ func (r *Report) Failed() bool {
 
 func newReport(cfg Config) *Report {
 	r := &Report{
-		Target: redactURLs(cfg.Conn.URLs), Kind: cfg.Kind.String(), Tags: cfg.Tags, Batch: cfg.Batch,
+		Transport: "nats", Target: redactURLs(cfg.Conn.URLs), Kind: cfg.Kind.String(), Tags: cfg.Tags, Batch: cfg.Batch,
 		Encoding: cfg.Encoding.String(), Mode: "closed", Clients: cfg.Clients, Inflight: cfg.Inflight,
 		Requests: cfg.Requests, WarmupS: cfg.Warmup.Seconds(), DurationS: cfg.Duration.Seconds(),
 		TimeoutS: cfg.Timeout.Seconds(),
 	}
 	if cfg.Rate > 0 {
 		r.Mode, r.Rate, r.Inflight = "open", cfg.Rate, 0
+	}
+	if cfg.HTTP != "" {
+		r.Transport, r.Target = "http", redactURLs(cfg.HTTP)
 	}
 	return r
 }
@@ -229,7 +233,7 @@ func (r *Report) writeHeading(w io.Writer) {
 		limit = fmt.Sprintf("%gs", r.DurationS)
 	}
 	fmt.Fprintf(w, "leafbus bench: %s IDs, batch %d, %s, tags %s\n", r.Kind, r.Batch, r.Encoding, strings.Join(r.Tags, ","))
-	fmt.Fprintf(w, "%s; %s after %gs warm-up; timeout %gs; NATS %s\n", mode, limit, r.WarmupS, r.TimeoutS, r.Target)
+	fmt.Fprintf(w, "%s; %s after %gs warm-up; timeout %gs; %s %s\n", mode, limit, r.WarmupS, r.TimeoutS, strings.ToUpper(r.Transport), r.Target)
 	if r.Interrupted {
 		fmt.Fprintln(w, "INTERRUPTED: the numbers cover the run until the signal")
 	}

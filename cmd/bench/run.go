@@ -38,7 +38,11 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		return nil, err
 	}
 
-	spec := newLoadSpec(cfg, "dispenser", func(tag string) string { return subjects.IDs(cfg.Kind, tag) })
+	target := func(tag string) string { return subjects.IDs(cfg.Kind, tag) }
+	if cfg.HTTP != "" {
+		target = func(tag string) string { return leafURL(cfg.HTTP, cfg.Kind, tag, cfg.Batch) }
+	}
+	spec := newLoadSpec(cfg, "dispenser", target)
 	if cfg.Check {
 		spaces := 1
 		if cfg.Kind == wire.Segment {
