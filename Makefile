@@ -6,6 +6,10 @@ GO ?= go
 # The Debian packages whose binaries testenv starts (private instances on loopback).
 DEPS_PKGS := mariadb-server mariadb-client zookeeper
 DEPS_FILES := /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/share/java/zookeeper.jar
+# Headless Chromium, which loads the status page in httpapi's browser test, and a font
+# for it to render text with (the test checks the visible text and saves a screenshot).
+DEPS_PKGS += chromium fonts-dejavu-core
+DEPS_FILES += /usr/bin/chromium /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 
 .PHONY: all test deps build vet fmt bench fuzz
 
@@ -14,8 +18,9 @@ all: build
 build:
 	$(GO) build ./...
 
-# deps installs MariaDB and ZooKeeper when any of their files is missing; it does nothing
-# (in about 0.1 s) when they are there. apt needs root: as another user it says what to run.
+# deps installs MariaDB, ZooKeeper and Chromium when any of their files is missing; it does
+# nothing (in about 0.1 s) when they are there. apt needs root: as another user it says what
+# to run.
 deps:
 	@missing=""; for f in $(DEPS_FILES); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing java"; \

@@ -218,6 +218,8 @@ func TestComposeShape(t *testing.T) {
 		{"MySQL servers (image mysql)", f.servicesWithImage("mysql"), 1},
 		{"ZooKeeper servers (image zookeeper)", f.servicesWithImage("zookeeper"), 3},
 		{"dispensers", f.servicesRunning("dispenser"), 2},
+		{"Prometheus servers (image prom/prometheus)", f.servicesWithImage("prom/prometheus"), 1},
+		{"Grafana servers (image grafana/grafana)", f.servicesWithImage("grafana/grafana"), 1},
 		{"bench services", f.servicesRunning("bench"), 1},
 	} {
 		if len(c.got) != c.want {
@@ -409,10 +411,15 @@ func TestComposeDispensers(t *testing.T) {
 			wantServiceHosts(t, f, name+" --mysql-dsn", []string{dsn.Addr})
 			checkDSNAgainstMySQL(t, f, name, dsn)
 		}
-		for dep := range f.Services {
-			if _, ok := s.DependsOn[dep]; !ok && f.Services[dep].program() == "" {
-				t.Errorf("service %s: no depends_on %s: it would start before the server it needs", name, dep)
+		for _, repo := range []string{"nats", "mysql", "zookeeper"} {
+			for _, dep := range f.servicesWithImage(repo) {
+				if _, ok := s.DependsOn[dep]; !ok {
+					t.Errorf("service %s: no depends_on %s: it would start before the server it needs", name, dep)
+				}
 			}
+		}
+		if host, _, err := net.SplitHostPort(cfg.HTTP); err != nil || host != "0.0.0.0" || !cfg.HTTPExplicit {
+			t.Errorf("service %s: --http %q (explicit %v): want an explicit 0.0.0.0:port, so Prometheus on the compose network can scrape it", name, cfg.HTTP, cfg.HTTPExplicit)
 		}
 
 		if other, dup := nodeIDs[cfg.NodeID]; dup {
