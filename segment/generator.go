@@ -178,20 +178,25 @@ func (g *Generator) stop(cancel context.CancelFunc) {
 	g.loaders.Wait()
 }
 
-// Ready is closed once the first tag list load succeeded (before that, Fill returns
-// ErrUnavailable "starting").
+// Ready is closed once the first tag list load succeeded (before that, TryFill says
+// "would wait" and Fill waits for it, at most WaitMax, then returns ErrUnavailable
+// "starting"): a dispenser restarted under load takes requests before its tags are in.
 func (g *Generator) Ready() <-chan struct{} { return g.ready }
 
 // TryFill fills dst with len(dst) IDs of tag if they are in memory now, without waiting
 // and without I/O: ok=false means "would wait" (a tag not yet looked up, a segment
 // being loaded), then call Fill from another goroutine; dst holds nothing usable then,
 // and IDs it took from the end of a spent segment are skipped (a gap, never a
-// duplicate). err is final: ErrInvalidTag, ErrUnavailable when starting or stopped.
+// duplicate). err is final: ErrInvalidTag, ErrUnavailable when stopped.
 // The IDs in dst are strictly increasing. One ID or a whole batch costs one atomic add
 // and no allocation. ErrStoreWentBack is final too: the tag's store went backwards, and
 // waiting does not help until an operator repairs it.
 func (g *Generator) TryFill(tag string, dst []int64) (ok bool, err error) {
-	if s := g.state.Load(); s != stateReady {
+	switch s := g.state.Load(); s {
+	case stateReady:
+	case stateStarting:
+		return false, nil // Fill waits for the tag list
+	default:
 		return false, g.stateErr(s)
 	}
 	b := (*g.tags.Load())[tag]
@@ -220,8 +225,8 @@ func (g *Generator) TryFill(tag string, dst []int64) (ok bool, err error) {
 // backwards, and one wrapping ErrUnavailable (and the store's or ctx's error) when it
 // gave up waiting.
 func (g *Generator) Fill(ctx context.Context, tag string, dst []int64) error {
-	if s := g.state.Load(); s != stateReady {
-		return g.stateErr(s)
+	if err := g.waitReady(ctx); err != nil {
+		return err
 	}
 	b := (*g.tags.Load())[tag]
 	if b == nil || len(dst) == 0 {
@@ -242,6 +247,28 @@ func (g *Generator) Fill(ctx context.Context, tag string, dst []int64) error {
 	}
 	_, err := g.fillSlow(ctx, tag, b, dst, filled, true)
 	return err
+}
+
+// waitReady waits, at most WaitMax, for the first tag list while the generator starts.
+func (g *Generator) waitReady(ctx context.Context) error {
+	if s := g.state.Load(); s != stateStarting {
+		if s != stateReady {
+			return g.stateErr(s)
+		}
+		return nil
+	}
+	timeout := time.NewTimer(g.cfg.WaitMax)
+	defer timeout.Stop()
+	select {
+	case <-g.ready:
+	case <-timeout.C:
+	case <-ctx.Done():
+	case <-g.done:
+	}
+	if s := g.state.Load(); s != stateReady {
+		return g.stateErr(s)
+	}
+	return nil
 }
 
 func (g *Generator) stateErr(s int32) error {

@@ -144,18 +144,26 @@ func TestFillBatchSpansSegments(t *testing.T) {
 func TestTryFill(t *testing.T) {
 	store := NewInmemStore()
 	mustAdd(t, store, Tag{Name: "a", Step: 1000})
+	mustAdd(t, store, Tag{Name: "w", Step: 1000})
 	g, err := New(testConfig(t, store))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]int64, 3)
-	if ok, err := g.TryFill("a", dst); ok || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("TryFill before Run = %v, %v; want ErrUnavailable", ok, err)
+	// Starting: TryFill says "would wait", and Fill waits for the tag list (a dispenser
+	// restarted under load takes requests before its tags are in), at most WaitMax.
+	if ok, err := g.TryFill("a", dst); ok || err != nil {
+		t.Fatalf("TryFill before Run = %v, %v; want false, nil (would wait)", ok, err)
 	}
-	if err := g.Fill(context.Background(), "a", dst); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Fill before Run = %v; want ErrUnavailable", err)
+	if err := g.Fill(context.Background(), "a", dst); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "starting") {
+		t.Fatalf("Fill before Run = %v; want ErrUnavailable (starting) after WaitMax", err)
 	}
+	waited := make(chan error, 1)
+	go func() { waited <- g.Fill(context.Background(), "w", make([]int64, 2)) }()
 	stop := runGenerator(t, g)
+	if err := <-waited; err != nil {
+		t.Fatalf("Fill while the tag list loads = %v, want the IDs once it is in", err)
+	}
 	waitFor(t, "Ready", func() bool {
 		select {
 		case <-g.Ready():
