@@ -30,8 +30,8 @@ type Config struct {
 	// below Layout.MaxTimestamp(). Waiting out the floor at start-up is the caller's job.
 	Floor int64
 	// MaxBackwardWait is the largest backwards step of the clock that is waited out, by
-	// sleeping twice its size (as Leaf does) while holding the generator's lock; larger steps
-	// are refused with ErrClockBackwards. Each call measures the step afresh, so refusals
+	// sleeping twice its size (as Leaf does; unlike Leaf, without holding the generator's
+	// lock, so other calls go on meanwhile); larger steps are refused with ErrClockBackwards. Each call measures the step afresh, so refusals
 	// last until the clock is back within MaxBackwardWait of its highest reading, and the
 	// rest is waited out. 0 means 5ms; at most 1s. Steps are whole milliseconds, so a value
 	// under 1ms refuses every step.
@@ -91,8 +91,8 @@ type suspension struct{ err error }
 
 const (
 	defaultMaxBackwardWait = 5 * time.Millisecond
-	// maxBackwardWaitLimit bounds MaxBackwardWait because the wait (twice the step) holds
-	// the generator's lock and so stalls every caller.
+	// maxBackwardWaitLimit bounds MaxBackwardWait because the wait (twice the step) stalls
+	// every caller that meets the step, and the NATS service calls on its delivery goroutine.
 	maxBackwardWaitLimit = time.Second
 	// randomStart is Leaf's bound for the random sequence start.
 	randomStart = 100
@@ -156,12 +156,14 @@ func New(cfg Config) (*Generator, error) {
 }
 
 // Next returns a new ID, greater than every ID this generator returned before. It may wait
-// (holding the generator's lock) for the next millisecond when this one's sequence is spent,
-// or for twice a small backwards step of the clock. Errors wrap ErrClockBackwards,
+// for the next millisecond when this one's sequence is spent, or for twice a small
+// backwards step of the clock; it does not hold the generator's lock while it waits, so
+// calls that need no wait go on meanwhile. Errors wrap ErrClockBackwards,
 // ErrTimestampOverflow, ErrCeiling or, while suspended, ErrSuspended and the reason.
 func (g *Generator) Next() (int64, error) {
+	var a attempt
 	g.mu.Lock()
-	ts, seq, _, err := g.take(1)
+	ts, seq, _, err := g.takeRun(1, &a)
 	worker := g.workerPart // Rebind may change it once the lock is released
 	g.mu.Unlock()
 	if err != nil {
@@ -174,14 +176,16 @@ func (g *Generator) Next() (int64, error) {
 // Fill puts len(dst) new IDs into dst, strictly increasing and greater than every ID issued
 // before, spanning as many milliseconds as needed. It is all or nothing: on error dst is
 // zeroed and the IDs already taken for it are skipped for good (a gap, never a repeat).
-// Errors are Next's.
+// Errors and waits are Next's; while a Fill waits, other calls may take IDs, so a batch
+// that spans milliseconds need not be one unbroken run.
 func (g *Generator) Fill(dst []int64) error {
 	if len(dst) == 0 {
 		return nil
 	}
+	var a attempt
 	g.mu.Lock()
 	for i := 0; i < len(dst); {
-		ts, seq, n, err := g.take(len(dst) - i)
+		ts, seq, n, err := g.takeRun(len(dst)-i, &a)
 		if err != nil {
 			g.mu.Unlock()
 			g.refused.Add(1)
@@ -200,14 +204,41 @@ func (g *Generator) Fill(dst []int64) error {
 	return nil
 }
 
+// attempt is what one call of Next or Fill carries between its tries: the wait its last
+// try asked for, and the backwards step being waited out, if any.
+type attempt struct {
+	wait     time.Duration // > 0: sleep this long, without the lock, then try again
+	back     int64         // ms of the step being slept out
+	backWait time.Duration // how long; 0 when no step is being waited out
+}
+
+// takeRun is take, tried again after every wait it asks for. g.mu is held on entry and on
+// return but released during each sleep, so that a call waiting for the next millisecond
+// or for the clock to come back never holds up the others; each try starts afresh from the
+// generator's state, which they may have moved on meanwhile.
+func (g *Generator) takeRun(want int, a *attempt) (ts, seq int64, n int, err error) {
+	for {
+		ts, seq, n, err = g.take(want, a)
+		if err != nil || a.wait <= 0 {
+			return ts, seq, n, err
+		}
+		wait := a.wait
+		a.wait = 0
+		g.mu.Unlock()
+		g.clock.Sleep(wait)
+		g.mu.Lock()
+	}
+}
+
 // take reserves a run of 1 to want IDs within one millisecond and returns its timestamp,
-// first sequence and length. g.mu must be held.
-func (g *Generator) take(want int) (ts, seq int64, n int, err error) {
+// first sequence and length, or n = 0 and a.wait set when it must wait first. g.mu must
+// be held.
+func (g *Generator) take(want int, a *attempt) (ts, seq int64, n int, err error) {
 	if s := g.suspended.Load(); s != nil {
 		return 0, 0, 0, s.err
 	}
-	now, sub, err := g.read()
-	if err != nil {
+	now, sub, err := g.read(a)
+	if err != nil || a.wait > 0 {
 		return 0, 0, 0, err
 	}
 	// The clock may be behind last only because last was borrowed ahead of it (a step back
@@ -229,10 +260,8 @@ func (g *Generator) take(want int) (ts, seq int64, n int, err error) {
 			return 0, 0, 0, err
 		}
 		if target := ts - g.borrow; now < target {
-			if now, err = g.waitFor(target, now, sub); err != nil {
-				return 0, 0, 0, err
-			}
-			ts = max(ts, now)
+			a.wait = time.Duration(target-now)*time.Millisecond - time.Duration(sub)
+			return 0, 0, 0, nil
 		}
 		seq = g.start()
 	}
@@ -245,24 +274,25 @@ func (g *Generator) take(want int) (ts, seq int64, n int, err error) {
 }
 
 // read returns the clock's Unix ms and the nanoseconds past it, after dealing with a
-// backwards step from the highest reading seen: a small one is slept out (twice its size,
-// as Leaf does), a larger one, or one still there after the sleep, is refused. g.mu must be
-// held.
-func (g *Generator) read() (now, sub int64, err error) {
+// backwards step from the highest reading seen: a small one is slept out (a.wait is set to
+// twice its size, as Leaf does), a larger one, or one still there after the sleep, is
+// refused. g.mu must be held.
+func (g *Generator) read(a *attempt) (now, sub int64, err error) {
 	now, sub = g.readClock()
 	if now < g.seen {
 		back := g.seen - now
-		if back > g.maxBack {
+		switch {
+		case a.backWait > 0:
+			return 0, 0, fmt.Errorf("%w by %dms, still %dms behind after waiting %v",
+				ErrClockBackwards, a.back, back, a.backWait)
+		case back > g.maxBack:
 			return 0, 0, fmt.Errorf("%w by %dms, more than the %v it waits out", ErrClockBackwards, back, g.maxBackWait)
 		}
-		wait := 2 * time.Duration(back) * time.Millisecond
-		g.clock.Sleep(wait)
-		now, sub = g.readClock()
-		if now < g.seen {
-			return 0, 0, fmt.Errorf("%w by %dms, still %dms behind after waiting %v",
-				ErrClockBackwards, back, g.seen-now, wait)
-		}
+		a.back, a.backWait = back, 2*time.Duration(back)*time.Millisecond
+		a.wait = a.backWait
+		return 0, 0, nil
 	}
+	a.back, a.backWait = 0, 0
 	g.seen = now
 	return now, sub, nil
 }
@@ -272,19 +302,6 @@ func (g *Generator) readClock() (ms, sub int64) {
 	// UnixMilli rounds towards minus infinity and Nanosecond is never negative, so sub is
 	// the time past ms even before 1970.
 	return t.UnixMilli(), int64(t.Nanosecond() % int(time.Millisecond))
-}
-
-// waitFor sleeps until the clock reads target (Unix ms), given the last reading now+sub,
-// and returns the clock's ms then. g.mu must be held.
-func (g *Generator) waitFor(target, now, sub int64) (int64, error) {
-	for now < target {
-		g.clock.Sleep(time.Duration(target-now)*time.Millisecond - time.Duration(sub))
-		var err error
-		if now, sub, err = g.read(); err != nil {
-			return 0, err
-		}
-	}
-	return now, nil
 }
 
 // check reports whether ts may be issued now: not suspended, within the layout, not past
