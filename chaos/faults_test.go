@@ -1,0 +1,147 @@
+package chaos
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/leafbus/leafbus/wire"
+)
+
+// fault is one fault of a run. run causes it and returns when it is over (the process
+// restarted or continued, the server back): the fault's end, from which the time to full
+// service is measured.
+type fault struct {
+	name string
+	// strict: no request may fail from the fault's start on (the client hedges around
+	// a paused or lost dispenser; a NATS node of three is not needed); otherwise only
+	// from its end on (after recovery).
+	strict bool
+	run    func(w *world) time.Time
+}
+
+// result is what one fault cost.
+type result struct {
+	name            string
+	strict          bool
+	start, end      time.Time
+	served          time.Time
+	recovered       bool
+	notRecovered    string
+	during, after   map[string]int // failed requests by kind and code
+	samples         []string
+	gapsDuring      map[wire.Kind]time.Duration
+	gapsAfter       map[wire.Kind]time.Duration
+	requestsDuring  int
+	requestsAfter   int
+	recoveryTimeout time.Duration
+}
+
+// recovery is the time from the fault's end to full service.
+func (r result) recovery() time.Duration { return r.served.Sub(r.end) }
+
+// settle is how long after full service the run still counts failures as the fault's.
+const settle = 2 * time.Second
+
+// inject runs f under load l and measures it: the failures and gaps while it lasts and
+// after its end, and the time to full service of every node of the run.
+func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) result {
+	w.t.Helper()
+	r := result{name: f.name, strict: f.strict, recoveryTimeout: 60 * time.Second}
+	during, after := f.name, f.name+" · after"
+	l.setPhase(during)
+	r.start = time.Now()
+	w.t.Logf("chaos: %s", f.name)
+	r.end = f.run(w)
+	l.setPhase(after)
+	r.served, r.recovered, r.notRecovered = w.waitFullService(nodes, r.recoveryTimeout)
+	time.Sleep(settle)
+	l.setPhase("steady")
+	r.during, r.samples = l.failuresIn(during)
+	var afterSamples []string
+	r.after, afterSamples = l.failuresIn(after)
+	r.samples = append(r.samples, afterSamples...)
+	r.gapsDuring, r.gapsAfter = l.gapsIn(during), l.gapsIn(after)
+	r.requestsDuring, r.requestsAfter = l.requestsIn(during), l.requestsIn(after)
+	w.t.Logf("chaos: %s over; full service %s after its end", f.name, r.recovery().Round(time.Millisecond))
+	time.Sleep(quiet)
+	return r
+}
+
+// kill9 kills name with SIGKILL and starts it again after down.
+func kill9(name string, down time.Duration) fault {
+	return fault{name: "kill -9 " + name + ", restarted after " + down.String(), strict: true, run: func(w *world) time.Time {
+		n := w.proc(name).node
+		w.stop(name, syscall.SIGKILL)
+		time.Sleep(down)
+		w.start(n)
+		return time.Now()
+	}}
+}
+
+// pause stops name with SIGSTOP for d and continues it. With thief set, the pause
+// outlasts the lease and thief is restarted meanwhile, taking the lowest free worker ID:
+// the paused node's; the paused node then finds its ID taken and must take another.
+func pause(name string, d time.Duration, thief string) fault {
+	what := "SIGSTOP " + name + " " + d.String()
+	if thief != "" {
+		what += " (past its lease; " + thief + " restarted meanwhile takes its worker ID), SIGCONT"
+	}
+	return fault{name: what, strict: true, run: func(w *world) time.Time {
+		w.signal(name, syscall.SIGSTOP, false)
+		paused := time.Now()
+		if thief == "" {
+			time.Sleep(d)
+		} else {
+			time.Sleep(leaseTTL + 1500*time.Millisecond) // the paused node's lease expires
+			n := w.proc(thief).node
+			w.stop(thief, syscall.SIGTERM)
+			w.start(n)
+			if _, ok, why := w.waitFullService([]string{thief}, 30*time.Second); !ok {
+				w.t.Logf("chaos: %s not serving after its restart: %s", thief, why)
+			}
+			time.Sleep(time.Until(paused.Add(d)))
+		}
+		w.signal(name, syscall.SIGCONT, false)
+		return time.Now()
+	}}
+}
+
+// mariaDown stops MariaDB for d.
+func mariaDown(d time.Duration) fault {
+	return fault{name: "MariaDB down " + d.String(), run: func(w *world) time.Time {
+		w.maria.Stop()
+		time.Sleep(d)
+		w.maria.Start()
+		return time.Now()
+	}}
+}
+
+// natsNodeDown stops NATS node i (of 3) for d and starts it again.
+func natsNodeDown(i int, d time.Duration) fault {
+	return fault{name: "NATS node n" + string(rune('0'+i)) + " of 3 down " + d.String(), strict: true, run: func(w *world) time.Time {
+		w.nats.Nodes[i].Stop()
+		time.Sleep(d)
+		w.nats.Nodes[i].Start()
+		return time.Now()
+	}}
+}
+
+// zkRestart stops ZooKeeper for d and starts it again, with every client connected.
+func zkRestart(d time.Duration) fault {
+	return fault{name: "ZooKeeper restarted (down " + d.String() + ")", run: func(w *world) time.Time {
+		w.zk.Stop()
+		time.Sleep(d)
+		w.zk.Start()
+		return time.Now()
+	}}
+}
+
+// sigterm stops name with SIGTERM under load (it drains) and starts it again.
+func sigterm(name string) fault {
+	return fault{name: "SIGTERM " + name + " under load, restarted", strict: true, run: func(w *world) time.Time {
+		n := w.proc(name).node
+		w.stop(name, syscall.SIGTERM)
+		w.start(n)
+		return time.Now()
+	}}
+}
