@@ -430,7 +430,7 @@ func (h *Heartbeat) loseLease(err error) {
 	h.lostErr = err
 	h.applyLocked()
 	close(h.lost)
-	h.log.Error("worker ID lease lost: generator suspended for good; the dispenser must restart to get a new ID",
+	h.log.Error("worker ID lease lost: generator suspended for good on this worker ID (Run returns; a new ID must be taken)",
 		"last_renewal", h.lastSuccess, "err", err)
 }
 
