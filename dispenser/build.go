@@ -26,8 +26,13 @@ type step struct {
 // ID, which Close gives back if a later stage fails.
 func (d *Dispenser) steps() []step {
 	return []step{
+		{"data dir", d.lockDataDir}, // first: nothing may open the dir before it is ours
+		{"epoch", d.checkEpoch},
+		{"mysql", d.checkMySQL},
 		{"nats", d.startNATS},
+		{"segment marks", d.openMarks},
 		{"segment store", d.openSegmentStore},
+		{"segment store check", d.checkStoreMarks},
 		{"segment generator", d.newSegments},
 		{"worker registry", d.openRegistry},
 		{"worker ID", d.acquireWorkerID},
@@ -80,7 +85,8 @@ func (d *Dispenser) connect(name string) (*nats.Conn, error) {
 }
 
 // openSegmentStore opens the configured store and creates the sample tag (with the KV
-// store) and the tags of WithTags when they do not exist yet.
+// store, in a data dir never used for segments: datadir.go) and the tags of WithTags
+// when they do not exist yet.
 func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 	cfg := d.cfg
 	if cfg.SegmentStore == "mysql" {
@@ -100,7 +106,9 @@ func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 			return fmt.Errorf("open segment store: %w", err)
 		}
 		d.store = store
-		if cfg.SampleTag {
+		if cfg.SampleTag && !d.freshDataDir {
+			d.noSampleTag(ctx)
+		} else if cfg.SampleTag {
 			sample := segment.Tag{Name: SampleTagName, Step: SampleTagStep, MaxID: 1, Description: "Leaf's sample tag"}
 			if err := d.ensureTag(ctx, sample, "sample tag"); err != nil {
 				return err
@@ -134,6 +142,7 @@ func (d *Dispenser) ensureTag(ctx context.Context, t segment.Tag, what string) e
 func (d *Dispenser) newSegments(context.Context) (err error) {
 	segCfg := segment.DefaultConfig()
 	segCfg.Store, segCfg.Logger = d.store, d.log.With("component", "segment")
+	segCfg.Marks = d.marks
 	d.segments, err = segment.New(segCfg)
 	return err
 }

@@ -43,7 +43,12 @@ type Config struct {
 	SegmentStore     string // kv | mysql
 	MySQLDSN         string
 	MySQLCreateTable bool
-	SampleTag        bool // create leaf-segment-test when the store has no such tag
+	SampleTag        bool // create leaf-segment-test when the store has no such tag, in a data dir never used for segments only (datadir.go)
+
+	// AllowStoreBehind starts a dispenser whose segment store is behind its high-water
+	// marks (tags lost or rewound) instead of refusing: those tags answer 503 until an
+	// operator raises their max_id through the admin API (marks.go).
+	AllowStoreBehind bool
 
 	WorkerRegistry string // kv | zk | mysql | static
 	WorkerID       int64  // with static; -1 = not given
@@ -140,6 +145,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.checkNATS()...)
 	errs = append(errs, c.checkAuth()...)
+	errs = append(errs, c.checkModes()...)
 	if c.DataDir == "" {
 		add("--data-dir is empty: the worker-ID cache file lives there")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
@@ -36,6 +37,10 @@ type Dispenser struct {
 	ready chan struct{}
 
 	// Built by New, in this order (see steps).
+	dirLock       *datadir.Lock // the data dir's, from the first step until the last undo
+	storeOnDisk   bool          // the data dir held an embedded segment store before this start
+	freshDataDir  bool          // the data dir was never used for segments (datadir.go)
+	marks         segment.Marks // this node's high-water marks, in the data dir (marks.go)
 	embedded      *Embedded
 	clientURL     string
 	nc            *nats.Conn // store, registry, clock records, heartbeats

@@ -36,7 +36,7 @@ func (d *Dispenser) waitsForDependency(step string) bool {
 	switch step {
 	case "nats":
 		return d.cfg.NATS != ""
-	case "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools":
+	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools":
 		return true
 	}
 	return false
