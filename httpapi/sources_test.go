@@ -27,7 +27,7 @@ func (f fakeTagStats) TagStats() []segment.TagStats { return f }
 func TestSegmentState(t *testing.T) {
 	last := time.Unix(1_763_792_399, 0)
 	got := httpapi.SegmentState(fakeTagStats{{
-		Tag: "orders", Current: segment.Range{Value: 5, Max: 11, Step: 10}, Next: segment.Range{Value: 11, Max: 31, Step: 20},
+		Tag: "orders", Current: segment.Window{Value: 5, Max: 11, Step: 10}, Next: segment.Window{Value: 11, Max: 31, Step: 20},
 		NextReady: true, Step: 20, Issued: 4, Loads: 2, LoadErrors: 1, LoadTime: 1500 * time.Millisecond,
 		LastLoad: last, LastError: "boom",
 	}})()

@@ -13,7 +13,7 @@ type TagStats struct {
 	Tag string
 	// Current is the segment IDs are handed out from, Next the one loaded ahead (zero
 	// while none is: NextReady false). Both are zero before the tag's first load.
-	Current, Next Range
+	Current, Next Window
 	NextReady     bool
 	// Step is the step of the last load (Leaf's dynamic step).
 	Step int64
@@ -30,9 +30,9 @@ type TagStats struct {
 	LastError string
 }
 
-// Range is one segment in Leaf's terms: Value is the next ID to hand out, Max one past
-// the last, Step how many IDs the segment holds.
-type Range struct {
+// Window is one segment of a buffer in Leaf's terms (its Segment's value, max and step):
+// Value is the next ID to hand out, Max one past the last, Step how many IDs it holds.
+type Window struct {
 	Value, Max, Step int64
 }
 
@@ -60,7 +60,7 @@ func (b *buffer) stats() TagStats {
 	if b.err != nil {
 		s.LastError = b.err.Error()
 	}
-	s.Current, s.Next = b.cur.Load().rangeOf(), b.next.rangeOf()
+	s.Current, s.Next = b.cur.Load().windowOf(), b.next.windowOf()
 	loaded := b.loadedIDs
 	b.mu.Unlock()
 	s.LoadTime = time.Duration(b.loadNanos.Load())
@@ -69,11 +69,11 @@ func (b *buffer) stats() TagStats {
 	return s
 }
 
-// rangeOf is the segment as a Range; zero for nil.
-func (s *segment) rangeOf() Range {
+// windowOf is the segment as a Window; zero for nil.
+func (s *segment) windowOf() Window {
 	if s == nil {
-		return Range{}
+		return Window{}
 	}
 	end := s.start + s.size
-	return Range{Value: s.start + min(s.pos.Load(), s.size), Max: end, Step: s.size}
+	return Window{Value: s.start + min(s.pos.Load(), s.size), Max: end, Step: s.size}
 }

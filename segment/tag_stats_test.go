@@ -33,7 +33,7 @@ func TestTagStats(t *testing.T) {
 	waitFor(t, "the next segment of a", func() bool { return g.TagStats()[0].NextReady })
 	a := g.TagStats()[0]
 	want := TagStats{
-		Tag: "a", Current: Range{Value: 4, Max: 11, Step: 10}, Next: Range{Value: 11, Max: 21, Step: 10},
+		Tag: "a", Current: Window{Value: 4, Max: 11, Step: 10}, Next: Window{Value: 11, Max: 21, Step: 10},
 		NextReady: true, Step: 10, Issued: 3, Loads: 2,
 	}
 	if a.Tag != want.Tag || a.Current != want.Current || a.Next != want.Next || a.NextReady != want.NextReady ||
