@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,7 +87,7 @@ func TestRunHTTP(t *testing.T) {
 		{"OpenLoopSnowflakeTwoTagsTimeout", func(c *Config) {
 			// The held request costs one timeout of waiting; 2 s leaves room for a loaded
 			// machine under -race, where dialling the connections takes a while.
-			c.Clients, c.Rate, c.Inflight, c.Tags, c.Timeout = 2, 1000, 1, []string{"a", "b"}, 2*time.Second
+			c.Clients, c.Rate, c.Inflight, c.Tags, c.Timeout = 2, 400, 1, []string{"a", "b"}, 2*time.Second
 			c.Kind = wire.Snowflake // one ID space over both tags: the planted repeat is a duplicate
 		}, leafFaults{dupAt: 10, errAt: 20, holdAt: 30}, map[string]int64{"503": 1, "timeout": 1}},
 	} {
@@ -103,6 +105,11 @@ func TestRunHTTP(t *testing.T) {
 					t.Errorf("errors[%q] = %d, want %d (all: %v, samples %v)", k, d.Errors[k], want, d.Errors, d.ErrorSamples)
 				}
 				errs += want
+			}
+			if t.Failed() {
+				fake.mu.Lock()
+				t.Logf("the server saw %d requests", fake.requests)
+				fake.mu.Unlock()
 			}
 			if len(d.Errors) != len(tt.want) || d.Sent != 200 || d.OK != 200-errs || d.IDs != d.OK*int64(cfg.Batch) {
 				t.Errorf("sent %d ok %d IDs %d errors %v; want 200 sent, %d good of %d IDs each", d.Sent, d.OK, d.IDs, d.Errors, 200-errs, cfg.Batch)
@@ -173,5 +180,31 @@ func TestLeafURL(t *testing.T) {
 	}
 	if err := checkHTTPBase("http://h:8080?x=1"); err == nil || !strings.Contains(err.Error(), "query") {
 		t.Errorf("checkHTTPBase with a query = %v, want an error", err)
+	}
+}
+
+// TestHTTPKeepsConnectionsAlive: a client reuses its connections, one per request in
+// flight, instead of dialling per request (which would measure TCP set-up, and run the
+// host out of ports at a high rate).
+func TestHTTPKeepsConnectionsAlive(t *testing.T) {
+	fake := &fakeLeaf{}
+	fake.next, fake.paths = 1000, map[string]int{}
+	srv := httptest.NewUnstartedServer(fake)
+	var dialled atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cfg := defaultConfig()
+	cfg.HTTP, cfg.Warmup, cfg.Duration, cfg.Requests = srv.URL, 0, 0, 300
+	cfg.Clients, cfg.Inflight = 2, 2
+	if rep := runBounded(t, cfg); rep.Dispenser.OK != 300 {
+		t.Fatalf("%d good replies of 300 (errors %v)", rep.Dispenser.OK, rep.Dispenser.Errors)
+	}
+	if n := dialled.Load(); n > 2*int64(cfg.Clients*cfg.Inflight) {
+		t.Errorf("%d connections for 300 requests with %d in flight, want them kept alive", n, cfg.Clients*cfg.Inflight)
 	}
 }
