@@ -59,7 +59,8 @@ Flags:
 	fs.StringVar(&c.SegmentStore, "segment-store", c.SegmentStore, "where segments come from: kv (JetStream KV) or mysql (Leaf's leaf_alloc table)")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", c.MySQLDSN, "go-sql-driver DSN for the mysql segment store and worker registry, e.g. user:pass@tcp(db:3306)/leaf")
 	fs.BoolVar(&c.MySQLCreateTable, "mysql-create-table", c.MySQLCreateTable, "create the leaf_alloc (and leaf_workerid_alloc) tables when missing")
-	fs.BoolVar(&c.SampleTag, "sample-tag", c.SampleTag, "with the kv store, create the tag leaf-segment-test (step 2000) when it does not exist")
+	fs.BoolVar(&c.SampleTag, "sample-tag", c.SampleTag, "with the kv store, create the tag leaf-segment-test (step 2000) when it does not exist, in a --data-dir never used for segments only")
+	fs.BoolVar(&c.AllowStoreBehind, "allow-store-behind", c.AllowStoreBehind, "start although the segment store lost or rewound tags this node served (below its high-water marks in --data-dir): those tags answer 503 until `dispenser tag update --max-id` repairs them, the others serve")
 	fs.StringVar(&c.WorkerRegistry, "worker-registry", c.WorkerRegistry, "where the snowflake worker ID comes from: kv (leases), zk (Leaf's layout), mysql or static")
 	fs.Int64Var(&c.WorkerID, "worker-id", c.WorkerID, "the worker ID, with --worker-registry static")
 	fs.StringVar(&c.ZK, "zk", c.ZK, "ZooKeeper servers host:port[,host:port], with --worker-registry zk")
@@ -102,7 +103,7 @@ func (c *Config) parse(args []string, getenv func(string) string, stderr io.Writ
 	}
 	// Only an address the operator gave (flag or environment) must be bound to start.
 	fs.Visit(func(f *flag.Flag) { c.HTTPExplicit = c.HTTPExplicit || f.Name == "http" })
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(c.Validate(), c.checkGiven(fs)); err != nil {
 		return &usageError{err}
 	}
 	return nil

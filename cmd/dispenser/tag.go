@@ -15,10 +15,12 @@ import (
 
 const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--description TEXT]
        dispenser tag list
-       dispenser tag update --tag NAME [--step N] [--description TEXT]
+       dispenser tag update --tag NAME [--step N] [--description TEXT] [--max-id N]
 
 Manages the segment tags of a running deployment over NATS (leaf.admin.tags.*).
 add and update print the tag as JSON; list prints a table (--json for JSON).
+update --max-id only ever raises max_id: it repairs a store that went backwards (README
+"When the store goes backwards"); N must be at least every dispenser's high-water mark.
 
 Flags:
 `
@@ -65,8 +67,11 @@ func (c *tagCommand) parse(args []string, stderr io.Writer) error {
 		fs.Int64Var(&c.step, "step", 0, "segment length (1 to 10000000)")
 		fs.StringVar(&c.description, "description", "", "what the IDs are for")
 	}
-	if c.op == "add" {
+	switch c.op {
+	case "add":
 		fs.Int64Var(&c.maxID, "max-id", 1, "where the first segment starts")
+	case "update":
+		fs.Int64Var(&c.maxID, "max-id", 0, "raise max_id (where the next segment starts) to N; never lowers it")
 	}
 	if c.op == "list" {
 		fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of a table")
@@ -105,8 +110,11 @@ func (c *tagCommand) update(ctx context.Context, cl *client.Client, stdout io.Wr
 	if c.given["description"] {
 		r.Description = &c.description
 	}
-	if r.Step == nil && r.Description == nil {
-		return &usageError{fmt.Errorf("tag update: give --step and/or --description")}
+	if c.given["max-id"] {
+		r.MaxID = &c.maxID
+	}
+	if r.Step == nil && r.Description == nil && r.MaxID == nil {
+		return &usageError{fmt.Errorf("tag update: give --step, --description and/or --max-id")}
 	}
 	t, err := cl.UpdateTag(ctx, r)
 	if err != nil {
