@@ -82,11 +82,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure embedded NATS server: %w", err)
 	}
-	srv.SetLoggerV2(&serverLogger{logger.With("component", "nats-server")}, false, false, false)
+	sl := &serverLogger{l: logger.With("component", "nats-server"), fatal: make(chan string, 1)}
+	srv.SetLoggerV2(sl, false, false, false)
 	go srv.Start() // Start returns once the listeners run; Shutdown stops everything it started
-	if !srv.ReadyForConnections(30 * time.Second) {
+	if err := waitReady(srv, sl.fatal, 30*time.Second); err != nil {
 		srv.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server on %s not ready within 30s (is the port taken? is %s writable?)", cfg.Listen, cfg.DataDir)
+		return nil, fmt.Errorf("embedded NATS server on %s: %w (is the port taken? is %s writable?)", cfg.Listen, err, cfg.DataDir)
 	}
 	return &Embedded{srv: srv, insecure: insecure}, nil
 }
@@ -127,12 +128,16 @@ func splitHostPort(hostport string) (string, int, error) {
 	return host, port, nil
 }
 
-// serverLogger sends nats-server's log lines to slog.
-type serverLogger struct{ l *slog.Logger }
+// serverLogger sends nats-server's log lines to slog, and its first fatal one to fatal
+// (embedded_ready.go).
+type serverLogger struct {
+	l     *slog.Logger
+	fatal chan string // capacity 1
+}
 
 func (s *serverLogger) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Fatalf(format string, v ...any)  { s.fatalf(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
