@@ -308,7 +308,7 @@ func (r *ZKRegistry) Acquire(ctx context.Context) (Lease, error) {
 			return nil, fmt.Errorf("wait for a ZooKeeper session: %w", err)
 		}
 		// The next Acquire (a start-up retry) begins with a client that is not stuck.
-		r.replaceClient(min(r.cfg.SessionTimeout, zkStartWait), false)
+		r.replaceClient(min(r.cfg.SessionTimeout, zkStartWait), "no session at start")
 		if r.cfg.Recycle {
 			return nil, fmt.Errorf("%w: no session with %v within %s; in recycle mode a worker ID is only safe to use while ZooKeeper vouches for the lease, so this node cannot start from its cache file",
 				ErrZKUnavailable, r.cfg.Servers, min(r.cfg.SessionTimeout, zkStartWait))

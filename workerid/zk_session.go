@@ -3,6 +3,7 @@ package workerid
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -29,10 +30,16 @@ const (
 	// second, so a client that is fine reconnects well within it once ZooKeeper is back.
 	DefaultZKReplaceAfter = 2 * time.Second
 	// zkHandshakeMax is how long a client may sit connected without a session (its
-	// handshake unanswered) before it is replaced: a handshake takes milliseconds.
-	zkHandshakeMax = time.Second
+	// handshake unanswered, as by a server that accepts connections before it serves)
+	// before it is replaced: a handshake takes milliseconds.
+	zkHandshakeMax = 500 * time.Millisecond
 	// zkSuperviseTick is how often Run looks at the client.
 	zkSuperviseTick = 100 * time.Millisecond
+	// Without a session for zkProbeAfter, Run tries every zkProbeEvery whether a server
+	// accepts a connection (within zkProbeTimeout).
+	zkProbeAfter   = 500 * time.Millisecond
+	zkProbeEvery   = 200 * time.Millisecond
+	zkProbeTimeout = 200 * time.Millisecond
 )
 
 // zkReplaceRetry spaces the replacements of a client that stays without a session (while
@@ -153,47 +160,92 @@ func (r *ZKRegistry) takeOver(ctx context.Context, p string, version int32, data
 }
 
 // Run keeps the ZooKeeper client usable until ctx ends: a client that has had no session
-// for ReplaceAfter, or has sat connected for a second without its handshake answered, is
+// for ReplaceAfter, or has sat connected for half a second without its handshake answered, is
 // replaced by a new one (a new session), and again, backing off, while ZooKeeper stays
-// unreachable. It always returns nil.
+// unreachable. Once a server accepts connections again while the client still has none,
+// the client is replaced at once (once per outage) rather than left to its own retry,
+// which sleeps a second between rounds. It always returns nil.
 func (r *ZKRegistry) Run(ctx context.Context) error {
 	tick := time.NewTicker(zkSuperviseTick)
 	defer tick.Stop()
 	policy := zkReplaceRetry
 	policy.Min = r.cfg.ReplaceAfter
-	retry := backoff.New(policy)
-	lastOK, connectedSince := time.Now(), time.Time{}
-	wait := r.cfg.ReplaceAfter
+	d := zkWatchdog{retry: backoff.New(policy), lastOK: time.Now(), wait: r.cfg.ReplaceAfter}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
-		}
-		now := time.Now()
-		switch r.conn.State() {
-		case zk.StateHasSession:
-			lastOK, connectedSince, wait = now, time.Time{}, r.cfg.ReplaceAfter
-			retry.Reset()
-			continue
-		case zk.StateConnected:
-			if connectedSince.IsZero() {
-				connectedSince = now
+		case now := <-tick.C:
+			if why := d.check(r, now); why != "" {
+				r.replaceClient(now.Sub(d.lastOK), why)
+				d.replaced(now)
 			}
-		default:
-			connectedSince = time.Time{}
 		}
-		stuck := !connectedSince.IsZero() && now.Sub(connectedSince) > zkHandshakeMax
-		if now.Sub(lastOK) < wait && !stuck {
-			continue
-		}
-		r.replaceClient(now.Sub(lastOK), stuck)
-		lastOK, connectedSince, wait = now, time.Time{}, retry.Next()
 	}
 }
 
+// zkWatchdog is Run's view of the client: since when it has no session, whether its
+// handshake hangs, whether the servers accept connections meanwhile.
+type zkWatchdog struct {
+	retry          *backoff.Backoff
+	lastOK         time.Time // last seen with a session, or last replaced
+	wait           time.Duration
+	connectedSince time.Time // connected without a session since; zero when not
+	reachable      bool      // a server accepted a connection while there was no session
+	lastProbe      time.Time
+	probed         bool // the outage's one replacement on reachability is spent
+}
+
+// check returns why the client must be replaced now, "" when it need not.
+func (d *zkWatchdog) check(r *ZKRegistry, now time.Time) string {
+	switch r.conn.State() {
+	case zk.StateHasSession:
+		*d = zkWatchdog{retry: d.retry, lastOK: now, wait: r.cfg.ReplaceAfter}
+		d.retry.Reset()
+		return ""
+	case zk.StateConnected:
+		if d.connectedSince.IsZero() {
+			d.connectedSince = now
+		}
+	default:
+		d.connectedSince = time.Time{}
+	}
+	without := now.Sub(d.lastOK)
+	if !d.probed && without > zkProbeAfter && now.Sub(d.lastProbe) >= zkProbeEvery {
+		d.lastProbe = now
+		d.reachable = r.reachable()
+	}
+	switch {
+	case !d.connectedSince.IsZero() && now.Sub(d.connectedSince) > zkHandshakeMax:
+		return "its handshake is not answered"
+	case d.reachable && !d.probed:
+		d.probed = true
+		return "ZooKeeper accepts connections again"
+	case without >= d.wait:
+		return "no session for " + without.Round(time.Millisecond).String()
+	}
+	return ""
+}
+
+// replaced notes a replacement at now.
+func (d *zkWatchdog) replaced(now time.Time) {
+	d.lastOK, d.connectedSince, d.reachable, d.wait = now, time.Time{}, false, d.retry.Next()
+}
+
+// reachable reports whether a ZooKeeper server accepts a TCP connection now.
+func (r *ZKRegistry) reachable() bool {
+	for _, s := range r.cfg.Servers {
+		c, err := net.DialTimeout("tcp", s, zkProbeTimeout)
+		if err == nil {
+			c.Close()
+			return true
+		}
+	}
+	return false
+}
+
 // replaceClient replaces the client and wakes the lease watches up.
-func (r *ZKRegistry) replaceClient(without time.Duration, stuck bool) {
+func (r *ZKRegistry) replaceClient(without time.Duration, why string) {
 	state := r.conn.State()
 	if err := r.conn.replace(); err != nil {
 		if !errors.Is(err, errSessionClosed) {
@@ -202,7 +254,7 @@ func (r *ZKRegistry) replaceClient(without time.Duration, stuck bool) {
 		return
 	}
 	r.log.Warn("ZooKeeper client replaced: it had no session", "without_session", without.Round(time.Millisecond),
-		"state", state, "handshake_unanswered", stuck, "replacements", r.conn.Replaced())
+		"state", state, "why", why, "replacements", r.conn.Replaced())
 	r.onEvent(zk.Event{Type: zk.EventSession})
 }
 
