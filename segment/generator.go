@@ -366,28 +366,34 @@ func (g *Generator) fillSlow(ctx context.Context, tag string, b *buffer, dst []i
 			g.waits.Add(1)
 			timeout = time.NewTimer(g.cfg.WaitMax)
 		}
-		var err error
-		select {
-		case <-changed:
-		case <-timeout.C:
-			g.waitTimeouts.Add(1)
-			err = fmt.Errorf("segment: tag %q: no segment within %v: %w", tag, g.cfg.WaitMax, ErrUnavailable)
-		case <-ctx.Done():
-			err = fmt.Errorf("segment: tag %q: %w: %w", tag, ErrUnavailable, ctx.Err())
-		case <-g.done:
-			err = g.errStopped
-		}
-		b.mu.Lock()
-		b.waiters--
-		cause := b.err
-		b.mu.Unlock()
-		if err != nil {
-			if cause != nil && err != g.errStopped {
-				err = fmt.Errorf("%w: %w", err, cause)
-			}
+		if err := g.awaitLoad(ctx, tag, b, changed, timeout.C); err != nil {
 			return false, err
 		}
 	}
+}
+
+// awaitLoad waits, as one of b's waiters, until b changes, the request's time is up, ctx
+// ends or the generator stops; an error carries the load's own failure when there is one.
+func (g *Generator) awaitLoad(ctx context.Context, tag string, b *buffer, changed <-chan struct{}, timeout <-chan time.Time) error {
+	var err error
+	select {
+	case <-changed:
+	case <-timeout:
+		g.waitTimeouts.Add(1)
+		err = fmt.Errorf("segment: tag %q: no segment within %v: %w", tag, g.cfg.WaitMax, ErrUnavailable)
+	case <-ctx.Done():
+		err = fmt.Errorf("segment: tag %q: %w: %w", tag, ErrUnavailable, ctx.Err())
+	case <-g.done:
+		err = g.errStopped
+	}
+	b.mu.Lock()
+	b.waiters--
+	cause := b.err
+	b.mu.Unlock()
+	if err != nil && cause != nil && err != g.errStopped {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // join returns the buffer of tag: the resident one, the one a concurrent request is
