@@ -159,6 +159,14 @@ func (d *Dispenser) startHeartbeat(ctx context.Context) error {
 	return nil
 }
 
+// RecordInterval is how often the heartbeat writes its records: more often than Leaf's
+// HeartbeatInterval (which the records it writes may lag by, as PROTOCOL.md says), so
+// that the ceiling it allows the generator (record + RecordInterval + --borrow-max, in
+// every record) is close: a node restarted after a crash waits at most that long past
+// its last record before it serves. Records without a ceiling (earlier versions, Leaf)
+// are still taken to allow HeartbeatInterval.
+const RecordInterval = time.Second
+
 // newHeartbeat builds the heartbeat of lease, which suspends the generator until its
 // first record is written.
 func (d *Dispenser) newHeartbeat(lease workerid.Lease) (*workerid.Heartbeat, error) {
@@ -170,7 +178,7 @@ func (d *Dispenser) newHeartbeat(lease workerid.Lease) (*workerid.Heartbeat, err
 	hbCfg.Forever = d.forever
 	hbCfg.Cache = cfg.cacheFile()
 	hbCfg.Clock = d.clock
-	hbCfg.Interval = HeartbeatInterval
+	hbCfg.Interval = RecordInterval
 	hbCfg.BorrowMax = cfg.clockMargin() // the guard waits out what the heartbeat allows
 	hbCfg.ClockJumpMax = cfg.ClockJumpMax
 	hbCfg.Logger = d.log.With("component", "heartbeat")
