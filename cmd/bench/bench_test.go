@@ -488,7 +488,7 @@ func TestRunStopsOnInterrupt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := testenv.StartNATS(t)
-			startFake(t, n, faults{})
+			fake := startFake(t, n, faults{})
 			cfg := testConfig(n)
 			cfg.Requests, cfg.Duration, cfg.Rate = 0, 0, tt.rate // no end but the signal
 			if tt.rate > 0 {
@@ -505,7 +505,20 @@ func TestRunStopsOnInterrupt(t *testing.T) {
 				rep, err := run(ctx, cfg, nil, nil)
 				done <- result{rep, err}
 			}()
-			time.AfterFunc(300*time.Millisecond, cancel)
+			// Interrupt once some requests were answered (and after at least 300 ms), not
+			// at a fixed time: a loaded machine may not have sent one by then.
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+					fake.mu.Lock()
+					answered := fake.replies
+					fake.mu.Unlock()
+					if answered >= 5 {
+						break
+					}
+				}
+				cancel()
+			}()
 			select {
 			case r := <-done:
 				if r.err != nil || !r.rep.Interrupted || r.rep.Dispenser.OK == 0 || len(r.rep.Dispenser.Errors) != 0 {
