@@ -69,7 +69,7 @@ func TestChaos(t *testing.T) {
 		warmup: 10 * time.Second,
 		quiet:  8 * time.Second,
 		faults: []fault{
-			kill9(zkLeaf.name, 2*time.Second),
+			kill9(zkLeaf.name, 200*time.Millisecond), // restarted at once, as a supervisor would
 			pause(kvA.name, leaseTTL+8*time.Second, kvB.name),
 			mariaDown(8 * time.Second),
 			natsNodeDown(1, 8*time.Second),
