@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -244,7 +245,7 @@ func TestMySQLRowInsertedBySQL(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := leafDB(t, dsn, nil)
 	d := startMySQLDispenser(t, dsn, "", "mysql-1")
-	client := d.client(t)
+	client := d.client(t, client.WithHedge(0)) // exact IDs: a hedged copy would take the first range
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := client.Segment(ctx, "late"); !errors.Is(err, wire.ErrNotFound) {
