@@ -438,7 +438,7 @@ func TestSchemaCommand(t *testing.T) {
 		c.MySQLDSN = dsn
 		c.Advertise = "127.0.0.1:4999"
 	})
-	client := d.client(t)
+	client := d.client(t, client.WithHedge(0)) // exact IDs: a hedged copy would take the first ones
 	if got, err := client.SegmentN(ctx, "orders", 2); err != nil || got[0] != 1 || got[1] != 2 {
 		t.Fatalf("SegmentN(orders, 2) = %v, %v; want 1 2", got, err)
 	}
