@@ -3,11 +3,13 @@ package workerid
 import (
 	"testing"
 	"time"
+
+	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 func TestForever(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	f := openForever(t, env.js)
 	_, err := f.Get(ctx, "n1")
 	wantErrIs(t, "Get before Put", err, ErrNoRecord)

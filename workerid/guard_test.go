@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -55,7 +56,7 @@ func TestGuardStartRecords(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := testCtx(t, 10*time.Second)
+			ctx := testutil.Context(t, 10*time.Second)
 			node := fmt.Sprintf("node%d", i)
 			if tt.kv != 0 {
 				must(t, "Put", forever.Put(ctx, node, Record{WorkerID: 7, Timestamp: tt.kv}))
@@ -71,7 +72,7 @@ func TestGuardStartRecords(t *testing.T) {
 				c.Cache = cache
 				c.Clock = clock
 				c.ClockWaitMax = tt.clockWaitMax
-				c.Logger = testLogger(t)
+				c.Logger = testutil.Logger(t)
 			}))
 			must(t, "NewGuard", err)
 			floor, err := g.Start(ctx, &fakeLease{id: 7, ttl: tt.ttl, recorded: tt.recorded})
@@ -104,7 +105,7 @@ func TestGuardStartRecords(t *testing.T) {
 // not weaken the check: the cache file's record still refuses a clock set back.
 func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	forever := openForever(t, env.js)
 	must(t, "Put", forever.Put(ctx, "n1", Record{WorkerID: 1, Timestamp: t0ms - 60_000}))
 	dir := t.TempDir()
@@ -122,7 +123,7 @@ func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
 			c.Cache = cache
 			c.Clock = snowflake.NewFakeClock(t0)
 			c.ReadTimeout = 300 * time.Millisecond
-			c.Logger = testLogger(t)
+			c.Logger = testutil.Logger(t)
 		}))
 		must(t, "NewGuard", err)
 		return g.Start(ctx, lease)
@@ -156,7 +157,7 @@ func TestGuardPeerCheck(t *testing.T) {
 	env := startJS(t)
 	responder := func(node string, clock snowflake.Clock) {
 		t.Helper()
-		r, err := NewTimeResponder(env.srv.Connect(t), "leaf", node, clock, testLogger(t))
+		r, err := NewTimeResponder(env.srv.Connect(t), "leaf", node, clock, testutil.Logger(t))
 		must(t, "NewTimeResponder", err)
 		must(t, "Start", r.Start())
 		t.Cleanup(r.Stop)
@@ -168,10 +169,10 @@ func TestGuardPeerCheck(t *testing.T) {
 			c.Conn = env.nc
 			c.Clock = clock
 			c.Forever = forever
-			c.Logger = testLogger(t)
+			c.Logger = testutil.Logger(t)
 		}))
 		must(t, "NewGuard", err)
-		_, err = g.Start(testCtx(t, 10*time.Second), &fakeLease{id: 1})
+		_, err = g.Start(testutil.Context(t, 10*time.Second), &fakeLease{id: 1})
 		return err
 	}
 	real := snowflake.SystemClock()
@@ -180,7 +181,7 @@ func TestGuardPeerCheck(t *testing.T) {
 
 	responder("p1", real)
 	responder("p2", real)
-	err := start("skewed", offsetClock{10 * time.Second}, nil)
+	err := start("skewed", testutil.OffsetClock{Offset: 10 * time.Second}, nil)
 	wantErrIs(t, "Start with a clock 10s ahead of two peers", err, ErrPeerSkew)
 	for _, s := range []string{"2 peers", "peer-skew-max 5s"} {
 		if !strings.Contains(err.Error(), s) {
@@ -190,13 +191,13 @@ func TestGuardPeerCheck(t *testing.T) {
 	must(t, "Start with a clock in line with the peers", start("fine", real, nil))
 
 	// The node's own responder (here with a wild clock) must not count as a peer.
-	responder("self", offsetClock{time.Hour})
+	responder("self", testutil.OffsetClock{Offset: time.Hour})
 	must(t, "Start with the node's own responder an hour off", start("self", real, nil))
 
 	// A node with a record of its own is checked against that record, not the peers.
 	forever := openForever(t, env.js)
-	must(t, "Put", forever.Put(testCtx(t, 5*time.Second), "known", Record{WorkerID: 1, Timestamp: time.Now().UnixMilli() - 60_000}))
-	must(t, "Start of a known node 10s ahead", start("known", offsetClock{10 * time.Second}, forever))
+	must(t, "Put", forever.Put(testutil.Context(t, 5*time.Second), "known", Record{WorkerID: 1, Timestamp: time.Now().UnixMilli() - 60_000}))
+	must(t, "Start of a known node 10s ahead", start("known", testutil.OffsetClock{Offset: 10 * time.Second}, forever))
 }
 
 // guardConfig is the default clock guard configuration, changed by edit.
@@ -250,7 +251,7 @@ func TestGuardStartWaitEndsWithContext(t *testing.T) {
 		c.NodeID = "n1"
 		c.Cache = cache
 		c.ClockWaitMax = time.Hour
-		c.Logger = testLogger(t)
+		c.Logger = testutil.Logger(t)
 	}))
 	must(t, "NewGuard", err)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -26,7 +27,7 @@ func heartbeatConfig(edit func(*HeartbeatConfig)) HeartbeatConfig {
 func newHeartbeat(tb testing.TB, cfg HeartbeatConfig) *Heartbeat {
 	tb.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(tb)
+		cfg.Logger = testutil.Logger(tb)
 	}
 	h, err := NewHeartbeat(cfg)
 	if err != nil {
@@ -225,7 +226,7 @@ func TestHeartbeatExpiringLeaseSuspendsAndResumes(t *testing.T) {
 	// Every renewal now hangs for 3 s (the write timeout), well past TTL/2 = 500ms, so
 	// only a timer independent of the beats can suspend in time.
 	lease.setHang(true)
-	eventually(t, 2500*time.Millisecond, "the generator to be suspended while a renewal hangs", func() bool {
+	testutil.Eventually(t, 2500*time.Millisecond, "the generator to be suspended while a renewal hangs", func() bool {
 		_, susp := gen.state()
 		return susp != nil
 	})
@@ -236,7 +237,7 @@ func TestHeartbeatExpiringLeaseSuspendsAndResumes(t *testing.T) {
 	}
 
 	lease.setHang(false)
-	eventually(t, 10*time.Second, "the generator to resume", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the generator to resume", func() bool {
 		_, susp := gen.state()
 		return susp == nil
 	})
@@ -254,7 +255,7 @@ func TestHeartbeatLostLeaseEndsRun(t *testing.T) {
 		c.Interval = 100 * time.Millisecond
 	}))
 	stop, done := runHeartbeat(t, h)
-	eventually(t, 5*time.Second, "a first ceiling", func() bool { c, _ := gen.state(); return c > 0 })
+	testutil.Eventually(t, 5*time.Second, "a first ceiling", func() bool { c, _ := gen.state(); return c > 0 })
 	lease.setRenewErr(fmt.Errorf("%w: worker ID 3 is now held by node x", ErrLeaseLost))
 	select {
 	case <-done:
@@ -288,12 +289,12 @@ func TestHeartbeatKVTakeoverEndsRun(t *testing.T) {
 	must(t, "Beat", h.Beat(context.Background()))
 	stop, done := runHeartbeat(t, h)
 
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	kv, err := env.js.KeyValue(ctx, "leaf_leases")
 	must(t, "bind leases", err)
 	must(t, "delete lease key", kv.Delete(ctx, "0"))
 	var other Lease
-	eventually(t, 5*time.Second, "another node to take worker ID 0", func() bool {
+	testutil.Eventually(t, 5*time.Second, "another node to take worker ID 0", func() bool {
 		l, err := openKVRegistry(t, env.js, kvConfig("b", kvMaxWorkerID(0))).Acquire(ctx)
 		other = l
 		return err == nil
@@ -371,7 +372,7 @@ func TestHeartbeatCleanStop(t *testing.T) {
 		c.Interval = 100 * time.Millisecond
 	}))
 	stop, _ := runHeartbeat(t, h)
-	eventually(t, 5*time.Second, "a first ceiling", func() bool { c, _ := gen.state(); return c > 0 })
+	testutil.Eventually(t, 5*time.Second, "a first ceiling", func() bool { c, _ := gen.state(); return c > 0 })
 	borrowed := time.Now().UnixMilli() + 800
 	gen.setIssued(borrowed)
 	if err := stop(); err != nil {
@@ -383,7 +384,7 @@ func TestHeartbeatCleanStop(t *testing.T) {
 	if final < borrowed {
 		t.Fatalf("final record %s is below the borrowed timestamp %s", fmtMs(final), fmtMs(borrowed))
 	}
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	rec, err := forever.Get(ctx, "a")
 	must(t, "forever Get", err)
 	if rec.Timestamp != final {
@@ -452,7 +453,7 @@ func TestHeartbeatWatchSuspendsWhileUnverified(t *testing.T) {
 	}
 
 	send(t, lease.reports, error(errors.New("connection closed")), "a report that the watch cannot see the lease")
-	eventually(t, 5*time.Second, "the generator to be suspended", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the generator to be suspended", func() bool {
 		_, susp := gen.state()
 		return errors.Is(susp, ErrLeaseUnverified)
 	})
@@ -465,7 +466,7 @@ func TestHeartbeatWatchSuspendsWhileUnverified(t *testing.T) {
 	}
 
 	send(t, lease.reports, nil, "a report that the watch sees the lease")
-	eventually(t, 5*time.Second, "the generator to resume", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the generator to resume", func() bool {
 		_, susp := gen.state()
 		return susp == nil
 	})

@@ -3,38 +3,16 @@ package workerid
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// testLogger sends logs to tb.Log, so they show only for failed tests.
-func testLogger(tb testing.TB) *slog.Logger {
-	tb.Helper()
-	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// testCtx is a context that ends with the test (or after d, as a hang guard).
-func testCtx(tb testing.TB, d time.Duration) context.Context {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
-}
 
 // jsEnv is a JetStream server with one client connection.
 type jsEnv struct {
@@ -78,9 +56,9 @@ func kvShortTTL(c *KVRegistryConfig) {
 func openKVRegistry(tb testing.TB, js jetstream.JetStream, cfg KVRegistryConfig) *KVRegistry {
 	tb.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(tb)
+		cfg.Logger = testutil.Logger(tb)
 	}
-	r, err := OpenKVRegistry(testCtx(tb, 10*time.Second), js, cfg)
+	r, err := OpenKVRegistry(testutil.Context(tb, 10*time.Second), js, cfg)
 	if err != nil {
 		tb.Fatalf("OpenKVRegistry(%+v): %v", cfg, err)
 	}
@@ -89,26 +67,11 @@ func openKVRegistry(tb testing.TB, js jetstream.JetStream, cfg KVRegistryConfig)
 
 func openForever(tb testing.TB, js jetstream.JetStream) *Forever {
 	tb.Helper()
-	f, err := OpenForever(testCtx(tb, 10*time.Second), js, ForeverBucket("leaf"), 1)
+	f, err := OpenForever(testutil.Context(tb, 10*time.Second), js, ForeverBucket("leaf"), 1)
 	if err != nil {
 		tb.Fatalf("OpenForever: %v", err)
 	}
 	return f
-}
-
-// eventually polls cond until it holds, failing the test after timeout.
-func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		case <-tick.C:
-		}
-	}
 }
 
 // fakeGen records what the heartbeat does to a generator.
@@ -249,13 +212,6 @@ func (m *fakeMono) add(d time.Duration) {
 	m.d += d
 }
 
-// offsetClock is the system clock moved by a fixed offset: a machine whose clock was set
-// back (or forward) by an operator or NTP.
-type offsetClock struct{ d time.Duration }
-
-func (c offsetClock) Now() time.Time        { return time.Now().Add(c.d) }
-func (c offsetClock) Sleep(d time.Duration) { time.Sleep(d) }
-
 // must fails tb when err is not nil.
 func must(tb testing.TB, what string, err error) {
 	tb.Helper()
@@ -280,7 +236,7 @@ func raceAcquire[R Registry](tb testing.TB, regs []R) []int64 {
 	errs := make([]error, len(regs))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	ctx := testCtx(tb, 20*time.Second)
+	ctx := testutil.Context(tb, 20*time.Second)
 	for i, r := range regs {
 		wg.Add(1)
 		go func() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -49,7 +50,7 @@ func TestKVRegistryConfigValidate(t *testing.T) {
 
 func acquire(tb testing.TB, r *KVRegistry) Lease {
 	tb.Helper()
-	l, err := r.Acquire(testCtx(tb, 10*time.Second))
+	l, err := r.Acquire(testutil.Context(tb, 10*time.Second))
 	if err != nil {
 		tb.Fatalf("Acquire: %v", err)
 	}
@@ -70,7 +71,7 @@ func TestKVRegistryTwoNodesGetDifferentIDs(t *testing.T) {
 
 func TestKVRegistryTakesLowestFreeID(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	var leases []Lease
 	for i := range 3 {
 		leases = append(leases, acquire(t, openKVRegistry(t, env.js, kvConfig(fmt.Sprintf("n%d", i)))))
@@ -110,14 +111,14 @@ func TestKVRegistryAllTaken(t *testing.T) {
 	for i := range 4 {
 		acquire(t, openKVRegistry(t, env.js, kvConfig(fmt.Sprintf("n%d", i), kvMaxWorkerID(3))))
 	}
-	_, err := openKVRegistry(t, env.js, kvConfig("n4", kvMaxWorkerID(3))).Acquire(testCtx(t, 10*time.Second))
+	_, err := openKVRegistry(t, env.js, kvConfig("n4", kvMaxWorkerID(3))).Acquire(testutil.Context(t, 10*time.Second))
 	wantErrIs(t, "fifth Acquire with MaxWorkerID 3", err, ErrNoWorkerID)
 }
 
 func TestKVRegistryBucketTTLMismatch(t *testing.T) {
 	env := startJS(t)
 	openKVRegistry(t, env.js, kvConfig("a"))
-	_, err := OpenKVRegistry(testCtx(t, 10*time.Second), env.js, kvConfig("b", func(c *KVRegistryConfig) { c.TTL = 40 * time.Second }))
+	_, err := OpenKVRegistry(testutil.Context(t, 10*time.Second), env.js, kvConfig("b", func(c *KVRegistryConfig) { c.TTL = 40 * time.Second }))
 	wantErrIs(t, "OpenKVRegistry with another TTL", err, ErrInvalidConfig)
 	if !strings.Contains(err.Error(), "30s") || !strings.Contains(err.Error(), "40s") {
 		t.Fatalf("error %q should name both TTLs", err)
@@ -128,7 +129,7 @@ func TestKVRegistryBucketTTLMismatch(t *testing.T) {
 // holder's record, and the previous holder's next Renew reports the loss.
 func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 60*time.Second) // generous: on a starved machine the steps below add up
+	ctx := testutil.Context(t, 60*time.Second) // generous: on a starved machine the steps below add up
 	old := map[int64]Lease{}
 	recorded := map[int64]int64{}
 	for i, ts := range []int64{1_700_000_000_000, 1_700_000_000_500} {
@@ -140,7 +141,7 @@ func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
 	// Both holders now stop renewing, as if killed.
 	b := openKVRegistry(t, env.js, kvConfig("new", kvShortTTL))
 	var got Lease
-	eventually(t, 10*time.Second, "an abandoned lease to expire", func() bool {
+	testutil.Eventually(t, 10*time.Second, "an abandoned lease to expire", func() bool {
 		l, err := b.Acquire(ctx)
 		if err != nil && !errors.Is(err, ErrNoWorkerID) {
 			t.Fatalf("Acquire: %v", err)
@@ -165,13 +166,13 @@ func TestKVRegistryAbandonedLeaseExpires(t *testing.T) {
 // A lease that expired while nobody took the ID is created again by Renew.
 func TestKVRegistryRenewRecreatesExpiredLease(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	reg := openKVRegistry(t, env.js, kvConfig("a", kvShortTTL))
 	l := acquire(t, reg)
 	must(t, "Renew", l.Renew(ctx, 1000))
 	kv, err := env.js.KeyValue(ctx, "leaf_leases")
 	must(t, "bind leases bucket", err)
-	eventually(t, 10*time.Second, "the lease key to expire", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the lease key to expire", func() bool {
 		_, err := kv.Get(ctx, "0")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
@@ -185,7 +186,7 @@ func TestKVRegistryRenewRecreatesExpiredLease(t *testing.T) {
 // Renew never lowers the worker record, and Release frees the ID at once.
 func TestKVRegistryRecordOnlyRises(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	l := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	must(t, "Renew(5000)", l.Renew(ctx, 5000))
 	must(t, "Renew(4000)", l.Renew(ctx, 4000))

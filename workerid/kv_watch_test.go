@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -15,7 +16,7 @@ import (
 // does (yet).
 func kvWatchConsumer(tb testing.TB, js jetstream.JetStream, bucket, key string) string {
 	tb.Helper()
-	ctx := testCtx(tb, 5*time.Second)
+	ctx := testutil.Context(tb, 5*time.Second)
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	must(tb, "bind the bucket's stream", err)
 	name := ""
@@ -33,7 +34,7 @@ func kvWatchConsumer(tb testing.TB, js jetstream.JetStream, bucket, key string) 
 // by the test took effect.
 func kvChangeTime(tb testing.TB, js jetstream.JetStream, bucket, key string) time.Time {
 	tb.Helper()
-	ctx := testCtx(tb, 5*time.Second)
+	ctx := testutil.Context(tb, 5*time.Second)
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	must(tb, "bind the bucket's stream", err)
 	m, err := st.GetLastMsgForSubject(ctx, "$KV."+bucket+"."+key)
@@ -46,7 +47,7 @@ func kvChangeTime(tb testing.TB, js jetstream.JetStream, bucket, key string) tim
 func waitKVWatch(tb testing.TB, js jetstream.JetStream) string {
 	tb.Helper()
 	var name string
-	eventually(tb, 5*time.Second, "the lease watch's consumer", func() bool {
+	testutil.Eventually(tb, 5*time.Second, "the lease watch's consumer", func() bool {
 		name = kvWatchConsumer(tb, js, "leaf_leases", "0")
 		return name != ""
 	})
@@ -70,7 +71,7 @@ func TestKVLeaseWatchStopsHolder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := startJS(t)
-			ctx := testCtx(t, 30*time.Second)
+			ctx := testutil.Context(t, 30*time.Second)
 			lease := acquire(t, openKVRegistry(t, env.js, kvConfig("holder", kvMaxWorkerID(0))))
 			h := startWatchedHolder(t, lease)
 			h.waitWatched(t)
@@ -96,7 +97,7 @@ func TestKVLeaseWatchIgnoresOwnWrites(t *testing.T) {
 		c.Lease, c.Generator, c.Interval = lease, gen, 250*time.Millisecond
 	}))
 	stop, done := runHeartbeat(t, h)
-	eventually(t, 10*time.Second, "the lease watch to see the lease", func() bool { return h.Stats().LeaseWatched })
+	testutil.Eventually(t, 10*time.Second, "the lease watch to see the lease", func() bool { return h.Stats().LeaseWatched })
 	time.Sleep(2 * time.Second) // eight renewals of the holder's own key
 	select {
 	case <-done:
@@ -125,7 +126,7 @@ func TestKVLeaseWatchNATSDown(t *testing.T) {
 	t.Logf("NATS stopped: the holder refused %s later", latency.Round(10*time.Microsecond))
 	env.srv.Start()
 	start := time.Now()
-	eventually(t, 15*time.Second, "the holder to issue again", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the holder to issue again", func() bool {
 		_, err := h.gen.Next()
 		return err == nil
 	})
@@ -146,21 +147,21 @@ func TestKVLeaseWatchStalled(t *testing.T) {
 		c.Lease, c.Generator, c.Interval = lease, gen, 250*time.Millisecond
 	}))
 	runHeartbeat(t, h)
-	eventually(t, 10*time.Second, "the lease watch to see the lease", func() bool { return h.Stats().LeaseWatched })
+	testutil.Eventually(t, 10*time.Second, "the lease watch to see the lease", func() bool { return h.Stats().LeaseWatched })
 	first := waitKVWatch(t, env.js)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	st, err := env.js.Stream(ctx, "KV_leaf_leases")
 	must(t, "bind the bucket's stream", err)
 	must(t, "delete the watch's consumer", st.DeleteConsumer(ctx, first))
-	eventually(t, 3*kvWatchStale, "a new watch consumer", func() bool {
+	testutil.Eventually(t, 3*kvWatchStale, "a new watch consumer", func() bool {
 		name := kvWatchConsumer(t, env.js, "leaf_leases", "0")
 		return name != "" && name != first
 	})
-	eventually(t, 5*time.Second, "the generator to issue", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the generator to issue", func() bool {
 		_, susp := gen.state()
 		return susp == nil
 	})
-	eventually(t, 5*time.Second, "the new watch to see the lease", func() bool { return h.Stats().LeaseWatched })
+	testutil.Eventually(t, 5*time.Second, "the new watch to see the lease", func() bool { return h.Stats().LeaseWatched })
 	if !gen.sawSuspension(ErrLeaseUnverified) {
 		t.Fatalf("suspensions %v: the stalled watch never suspended the generator", gen.history)
 	}
@@ -173,7 +174,7 @@ func TestKVLeaseWatchStalled(t *testing.T) {
 // the ID, and by then the first holder has stopped.
 func TestKVLeaseWatchTakeover(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	h := startWatchedHolder(t, lease)
 	h.waitWatched(t)
@@ -186,7 +187,7 @@ func TestKVLeaseWatchTakeover(t *testing.T) {
 	}
 	// b's guard waits past a's record + interval + borrow-max (4 s) before b issues; a
 	// must have stopped long before.
-	eventually(t, time.Second, "a to refuse", func() bool {
+	testutil.Eventually(t, time.Second, "a to refuse", func() bool {
 		_, err = h.gen.Next()
 		return err != nil
 	})

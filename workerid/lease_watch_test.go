@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -38,7 +39,7 @@ func startWatchedHolder(tb testing.TB, lease Lease, edits ...func(*HeartbeatConf
 			edit(c)
 		}
 	}))
-	must(tb, "first Beat", hb.Beat(testCtx(tb, 10*time.Second)))
+	must(tb, "first Beat", hb.Beat(testutil.Context(tb, 10*time.Second)))
 	if _, err := gen.Next(); err != nil {
 		tb.Fatalf("Next after the first beat: %v", err)
 	}
@@ -154,7 +155,7 @@ func now(change func()) func() time.Time {
 // measures is the watch and not its start.
 func (h *watchedHolder) waitWatched(tb testing.TB) {
 	tb.Helper()
-	eventually(tb, 10*time.Second, "the lease watch to see the lease", func() bool { return h.hb.Stats().LeaseWatched })
+	testutil.Eventually(tb, 10*time.Second, "the lease watch to see the lease", func() bool { return h.hb.Stats().LeaseWatched })
 }
 
 // waitRunLost waits for the holder's heartbeat Run to end with ErrLeaseLost.

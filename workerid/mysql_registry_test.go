@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -68,8 +69,8 @@ func TestMySQLRegistryConfigValidate(t *testing.T) {
 // cleanup.
 func openMySQLRegistry(tb testing.TB, dsn, advertise string, maxWorkerID int64) *MySQLRegistry {
 	tb.Helper()
-	r, err := OpenMySQLRegistry(testCtx(tb, 10*time.Second), mysqlConfig(dsn, advertise, func(c *MySQLRegistryConfig) {
-		c.MaxWorkerID, c.CreateTable, c.Logger = maxWorkerID, true, testLogger(tb)
+	r, err := OpenMySQLRegistry(testutil.Context(tb, 10*time.Second), mysqlConfig(dsn, advertise, func(c *MySQLRegistryConfig) {
+		c.MaxWorkerID, c.CreateTable, c.Logger = maxWorkerID, true, testutil.Logger(tb)
 	}))
 	if err != nil {
 		tb.Fatalf("OpenMySQLRegistry(%s): %v", advertise, err)
@@ -80,7 +81,7 @@ func openMySQLRegistry(tb testing.TB, dsn, advertise string, maxWorkerID int64) 
 
 func acquireMySQL(tb testing.TB, r *MySQLRegistry) Lease {
 	tb.Helper()
-	l, err := r.Acquire(testCtx(tb, 10*time.Second))
+	l, err := r.Acquire(testutil.Context(tb, 10*time.Second))
 	if err != nil {
 		tb.Fatalf("Acquire for %s: %v", r.cfg.Advertise, err)
 	}
@@ -102,7 +103,7 @@ func sqlDB(tb testing.TB, dsn string) *sql.DB {
 func storedMax(tb testing.TB, db *sql.DB, ipPort string) int64 {
 	tb.Helper()
 	var ts int64
-	err := db.QueryRowContext(testCtx(tb, 5*time.Second), "SELECT max_timestamp FROM leaf_workerid_alloc WHERE ip_port = ?", ipPort).Scan(&ts)
+	err := db.QueryRowContext(testutil.Context(tb, 5*time.Second), "SELECT max_timestamp FROM leaf_workerid_alloc WHERE ip_port = ?", ipPort).Scan(&ts)
 	must(tb, "read max_timestamp of "+ipPort, err)
 	return ts
 }
@@ -110,7 +111,7 @@ func storedMax(tb testing.TB, db *sql.DB, ipPort string) int64 {
 func TestMySQLRegistryKeepsIDAcrossRestart(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 
 	ra := openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	a := acquireMySQL(t, ra)
@@ -142,7 +143,7 @@ func TestMySQLRegistryRecordOnlyRises(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	for _, step := range []struct {
 		renew, want int64
@@ -169,7 +170,7 @@ func TestMySQLRegistryTakesOverForkRow(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	openMySQLRegistry(t, dsn, "10.0.0.9:1", DefaultMaxWorkerID) // creates the table
 	_, err := db.ExecContext(ctx, "INSERT INTO leaf_workerid_alloc (id, ip, port, ip_port, max_timestamp, gmt_create) VALUES "+
 		"(7, '10.0.0.5', '8080', '10.0.0.5:8080', 1763790000123, NOW()), (8, '10.0.0.6', '8080', '10.0.0.6:8080', NULL, NOW())")
@@ -219,7 +220,7 @@ func TestMySQLRegistrySameIdentityRefused(t *testing.T) {
 	for i := range regs {
 		regs[i] = openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	}
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	leases := make([]Lease, racers)
 	errs := make([]error, racers)
 	start := make(chan struct{})
@@ -271,7 +272,7 @@ func TestMySQLRegistryAboveRange(t *testing.T) {
 	}
 	r := openMySQLRegistry(t, dsn, "10.0.0.3:1", 2)
 	for attempt := range 2 { // a second start says the same and burns no further id
-		_, err := r.Acquire(testCtx(t, 10*time.Second))
+		_, err := r.Acquire(testutil.Context(t, 10*time.Second))
 		wantErrIs(t, fmt.Sprintf("Acquire %d of a third node with MaxWorkerID 2", attempt), err, ErrNoWorkerID)
 		for _, s := range []string{"worker ID 3", "10.0.0.3:1", "above 2", "UPDATE leaf_workerid_alloc"} {
 			if !strings.Contains(err.Error(), s) {
@@ -280,12 +281,12 @@ func TestMySQLRegistryAboveRange(t *testing.T) {
 		}
 	}
 	var maxID int64
-	must(t, "read MAX(id)", db.QueryRowContext(testCtx(t, 5*time.Second), "SELECT MAX(id) FROM leaf_workerid_alloc").Scan(&maxID))
+	must(t, "read MAX(id)", db.QueryRowContext(testutil.Context(t, 5*time.Second), "SELECT MAX(id) FROM leaf_workerid_alloc").Scan(&maxID))
 	if maxID != 3 {
 		t.Fatalf("MAX(id) = %d, want 3 (the refused node's row kept, nothing more inserted)", maxID)
 	}
 	// The operator's fix from the message works.
-	_, err := db.ExecContext(testCtx(t, 5*time.Second), "UPDATE leaf_workerid_alloc SET id = 0 WHERE ip_port = '10.0.0.3:1'")
+	_, err := db.ExecContext(testutil.Context(t, 5*time.Second), "UPDATE leaf_workerid_alloc SET id = 0 WHERE ip_port = '10.0.0.3:1'")
 	must(t, "move the row to id 0", err)
 	if l := acquireMySQL(t, r); l.WorkerID() != 0 {
 		t.Fatalf("after the fix: WorkerID = %d, want 0", l.WorkerID())
@@ -295,7 +296,7 @@ func TestMySQLRegistryAboveRange(t *testing.T) {
 func TestMySQLRegistryMissingTable(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
-	_, err := OpenMySQLRegistry(testCtx(t, 10*time.Second), mysqlConfig(dsn, "10.0.0.5:8080", func(c *MySQLRegistryConfig) { c.Logger = testLogger(t) }))
+	_, err := OpenMySQLRegistry(testutil.Context(t, 10*time.Second), mysqlConfig(dsn, "10.0.0.5:8080", func(c *MySQLRegistryConfig) { c.Logger = testutil.Logger(t) }))
 	if err == nil || !strings.Contains(err.Error(), "--mysql-create-table") {
 		t.Fatalf("OpenMySQLRegistry without the table: error = %v, want one that says --mysql-create-table", err)
 	}
@@ -307,7 +308,7 @@ func TestMySQLRegistryLockConnectionLost(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	r := openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	l := acquireMySQL(t, r)
 	killLockHolder := func() {
@@ -316,7 +317,7 @@ func TestMySQLRegistryLockConnectionLost(t *testing.T) {
 		must(t, "IS_USED_LOCK", db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", r.lockName).Scan(&conn))
 		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL %d", conn))
 		must(t, "KILL the lock connection", err)
-		eventually(t, 5*time.Second, "the lock to be freed", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the lock to be freed", func() bool {
 			var free int64
 			return db.QueryRowContext(ctx, "SELECT IS_FREE_LOCK(?)", r.lockName).Scan(&free) == nil && free == 1
 		})
@@ -341,7 +342,7 @@ func TestMySQLRegistryRowDeleted(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	_, err := db.ExecContext(ctx, "DELETE FROM leaf_workerid_alloc")
 	must(t, "DELETE", err)
@@ -354,7 +355,7 @@ func TestMySQLRegistryGuardRefusesClockBehindRecord(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := sqlDB(t, dsn)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	r := openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID)
 	l := acquireMySQL(t, r)
 	ahead := time.Now().Add(time.Hour).UnixMilli()
@@ -367,7 +368,7 @@ func TestMySQLRegistryGuardRefusesClockBehindRecord(t *testing.T) {
 	}
 	g, err := NewGuard(guardConfig(func(c *GuardConfig) {
 		c.NodeID = "n1"
-		c.Logger = testLogger(t)
+		c.Logger = testutil.Logger(t)
 	}))
 	must(t, "NewGuard", err)
 	_, err = g.Start(ctx, l)
@@ -383,7 +384,7 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartMariaDB(t)
 	dsn := srv.NewDatabase(t)
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
 	must(t, "Renew", l.Renew(ctx, 1000))
 
@@ -391,7 +392,7 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 	dc, err := mysql.ParseDSN(dsn)
 	must(t, "ParseDSN", err)
 	dc.Timeout = time.Second
-	_, err = OpenMySQLRegistry(testCtx(t, 5*time.Second), mysqlConfig(dc.FormatDSN(), "10.0.0.6:8080", func(c *MySQLRegistryConfig) { c.Logger = testLogger(t) }))
+	_, err = OpenMySQLRegistry(testutil.Context(t, 5*time.Second), mysqlConfig(dc.FormatDSN(), "10.0.0.6:8080", func(c *MySQLRegistryConfig) { c.Logger = testutil.Logger(t) }))
 	if err == nil {
 		t.Fatalf("OpenMySQLRegistry with MariaDB stopped: want an error")
 	}
@@ -403,7 +404,7 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 	}
 
 	srv.Start()
-	eventually(t, 20*time.Second, "Renew to succeed after MariaDB restarted", func() bool {
+	testutil.Eventually(t, 20*time.Second, "Renew to succeed after MariaDB restarted", func() bool {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		err := l.Renew(rctx, 3000)
@@ -422,7 +423,7 @@ func TestMySQLRegistryServerDown(t *testing.T) {
 func BenchmarkMySQLLeaseRenew(b *testing.B) {
 	dsn := testenv.MariaDB(b).NewDatabase(b)
 	l := acquireMySQL(b, openMySQLRegistry(b, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
-	ctx := testCtx(b, 5*time.Minute)
+	ctx := testutil.Context(b, 5*time.Minute)
 	ts := time.Now().UnixMilli()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -73,10 +74,10 @@ func testRestart(t *testing.T, kv bool) {
 			c.HeartbeatInterval = interval
 			c.BorrowMax = borrow
 			c.ClockWaitMax = 5 * time.Second
-			c.Logger = testLogger(t)
+			c.Logger = testutil.Logger(t)
 		}))
 		must(t, "NewGuard", err)
-		floor, err := g.Start(testCtx(t, 20*time.Second), n.lease)
+		floor, err := g.Start(testutil.Context(t, 20*time.Second), n.lease)
 		must(t, "Guard.Start", err)
 		gen, err := snowflake.New(snowflake.Config{Layout: layout, WorkerID: n.lease.WorkerID(), Clock: clock, Floor: floor, BorrowMax: borrow})
 		must(t, "snowflake.New", err)
@@ -116,7 +117,7 @@ func testRestart(t *testing.T, kv bool) {
 			t.Fatalf("the new node got worker ID %d, want the recycled %d", second.lease.WorkerID(), first.lease.WorkerID())
 		}
 	}
-	back := offsetClock{-2 * time.Second}
+	back := testutil.OffsetClock{Offset: -2 * time.Second}
 	if now := back.Now().UnixMilli(); now > issued1 {
 		t.Fatalf("test setup: the set-back clock %s is already past run 1's last timestamp %s", fmtMs(now), fmtMs(issued1))
 	}

@@ -6,20 +6,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
 func TestTimeResponder(t *testing.T) {
 	env := startJS(t)
 	clock := snowflake.NewFakeClock(t0)
-	r, err := NewTimeResponder(env.srv.Connect(t), "acme", "p1", clock, testLogger(t))
+	r, err := NewTimeResponder(env.srv.Connect(t), "acme", "p1", clock, testutil.Logger(t))
 	must(t, "NewTimeResponder", err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 
 	var body string
-	eventually(t, 5*time.Second, "an answer on acme.time", func() bool {
+	testutil.Eventually(t, 5*time.Second, "an answer on acme.time", func() bool {
 		m, err := env.nc.Request("acme.time", nil, 200*time.Millisecond)
 		if err != nil {
 			return false

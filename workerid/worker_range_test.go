@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -120,7 +121,7 @@ func TestKVRegistryRange(t *testing.T) {
 	if fmt.Sprint(got) != "[5 6 7]" {
 		t.Fatalf("worker IDs in range 5..7 = %v, want [5 6 7]", got)
 	}
-	_, err := openKVRegistry(t, env.js, kvConfig("b3", kvRange(5, 7))).Acquire(testCtx(t, 10*time.Second))
+	_, err := openKVRegistry(t, env.js, kvConfig("b3", kvRange(5, 7))).Acquire(testutil.Context(t, 10*time.Second))
 	wantErrIs(t, "Acquire in a full range", err, ErrNoWorkerID)
 	if want := "all 3 of this deployment's worker IDs 5..7 (--worker-id-min, --worker-id-max) are leased"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
@@ -145,7 +146,7 @@ func TestZKRecycleRange(t *testing.T) {
 			t.Fatalf("recycle lease %d in range 8..9: worker ID %d, want %d", i, l.WorkerID(), want)
 		}
 	}
-	_, err := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.3:1", zkRecycle(4*time.Second), zkRange(8, 9))).Acquire(testCtx(t, 10*time.Second))
+	_, err := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.3:1", zkRecycle(4*time.Second), zkRange(8, 9))).Acquire(testutil.Context(t, 10*time.Second))
 	wantErrIs(t, "Acquire in a full range", err, ErrNoWorkerID)
 	if want := "all 2 of this deployment's worker IDs 8..9"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
@@ -164,7 +165,7 @@ func TestZKLeafRange(t *testing.T) {
 	name := zkTestName(t, srv, conn)
 	forever := "/snowflake/" + name + "/forever"
 
-	_, err := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.5:8080", zkRange(6, 9))).Acquire(testCtx(t, 10*time.Second))
+	_, err := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.5:8080", zkRange(6, 9))).Acquire(testutil.Context(t, 10*time.Second))
 	wantErrIs(t, "Acquire below the range", err, ErrWorkerIDOutOfRange)
 	wantErrIs(t, "Acquire below the range", err, ErrZKSequenceOutOfRange)
 	for _, want := range []string{"sequence 0", forever, "worker IDs 6..9", "raised to 6", "6 more children created", "Several datacenters"} {
@@ -193,8 +194,8 @@ func TestZKLeafRange(t *testing.T) {
 
 	// 10.0.0.9 registered under the full range (worker ID 8) and now runs with 0..5.
 	full := zkAcquire(t, openZK(t, zkConfig(srv.Servers(), name, "10.0.0.9:8080")))
-	must(t, "Release", full.Release(testCtx(t, 5*time.Second), 1000))
-	_, err = openZK(t, zkConfig(srv.Servers(), name, "10.0.0.9:8080", zkRange(0, 5))).Acquire(testCtx(t, 15*time.Second))
+	must(t, "Release", full.Release(testutil.Context(t, 5*time.Second), 1000))
+	_, err = openZK(t, zkConfig(srv.Servers(), name, "10.0.0.9:8080", zkRange(0, 5))).Acquire(testutil.Context(t, 15*time.Second))
 	wantErrIs(t, "Acquire of a node registered outside the range", err, ErrWorkerIDOutOfRange)
 	for _, want := range []string{"10.0.0.9:8080-0000000008", "worker ID 8", "worker IDs 0..5"} {
 		if !strings.Contains(err.Error(), want) {
@@ -215,7 +216,7 @@ func TestZKRegistryCacheOutOfRange(t *testing.T) {
 	r := openZK(t, zkConfig([]string{closedAddr(t)}, "down", "10.0.0.5:8080", zkRange(512, 1023), func(c *ZKRegistryConfig) {
 		c.SessionTimeout, c.Cache = time.Second, cache
 	}))
-	_, err := r.Acquire(testCtx(t, 10*time.Second))
+	_, err := r.Acquire(testutil.Context(t, 10*time.Second))
 	wantErrIs(t, "Acquire from a cache file outside the range", err, ErrWorkerIDOutOfRange)
 	if want := "holds worker ID 7, outside this deployment's worker IDs 512..1023"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
@@ -225,8 +226,8 @@ func TestZKRegistryCacheOutOfRange(t *testing.T) {
 // openMySQLRange opens a MySQL registry restricted to min..max.
 func openMySQLRange(tb testing.TB, dsn, advertise string, min, max int64, createTable bool) *MySQLRegistry {
 	tb.Helper()
-	r, err := OpenMySQLRegistry(testCtx(tb, 10*time.Second), mysqlConfig(dsn, advertise, func(c *MySQLRegistryConfig) {
-		c.MinWorkerID, c.MaxWorkerID, c.CreateTable, c.Logger = min, max, createTable, testLogger(tb)
+	r, err := OpenMySQLRegistry(testutil.Context(tb, 10*time.Second), mysqlConfig(dsn, advertise, func(c *MySQLRegistryConfig) {
+		c.MinWorkerID, c.MaxWorkerID, c.CreateTable, c.Logger = min, max, createTable, testutil.Logger(tb)
 	}))
 	if err != nil {
 		tb.Fatalf("OpenMySQLRegistry(%s, %d..%d): %v", advertise, min, max, err)
@@ -242,7 +243,7 @@ func openMySQLRange(tb testing.TB, dsn, advertise string, min, max int64, create
 func TestMySQLRegistryRange(t *testing.T) {
 	t.Parallel()
 	maria := testenv.MariaDB(t)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 
 	// A new table for range 512..513.
 	dsn := maria.NewDatabase(t)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 )
 
@@ -17,7 +18,7 @@ import (
 // it may have issued, on the injected clock.
 func TestGuardWorkerRecordUnderAnotherNodeID(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	forever := openForever(t, env.js)
 	static, err := NewStaticRegistry(7, 1023)
 	must(t, "NewStaticRegistry", err)
@@ -48,7 +49,7 @@ func TestGuardWorkerRecordUnderAnotherNodeID(t *testing.T) {
 			c.Forever = forever
 			c.Cache = &CacheFile{Path: filepath.Join(t.TempDir(), node+".json")} // a new host: no cache file
 			c.Clock = clock
-			c.Logger = testLogger(t)
+			c.Logger = testutil.Logger(t)
 		}))
 		must(t, "NewGuard", err)
 		floor, err := g.Start(ctx, staticLease{workerID: id})
@@ -85,7 +86,7 @@ func TestGuardWorkerRecordUnderAnotherNodeID(t *testing.T) {
 // bucket and, with it unreachable, through the cache file alone.
 func TestGuardRecordCeilingSmallerBorrowMax(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	forever := openForever(t, env.js)
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "n1.json")}
 	gen := &fakeGen{}
@@ -111,7 +112,7 @@ func TestGuardRecordCeilingSmallerBorrowMax(t *testing.T) {
 			c.Clock = clock
 			c.BorrowMax = time.Second
 			c.ReadTimeout = 300 * time.Millisecond
-			c.Logger = testLogger(t)
+			c.Logger = testutil.Logger(t)
 		}))
 		must(t, "NewGuard", err)
 		floor, err := g.Start(ctx, &fakeLease{id: 3})
@@ -131,7 +132,7 @@ func TestGuardRecordCeilingSmallerBorrowMax(t *testing.T) {
 // A holder that lost its worker ID and writes late cannot lower the worker ID's record.
 func TestForeverRaiseWorker(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	f := openForever(t, env.js)
 	_, err := f.GetWorker(ctx, 5)
 	wantErrIs(t, "GetWorker before any write", err, ErrNoRecord)
@@ -169,10 +170,10 @@ func TestHeartbeatRetriesFailedBeatSoon(t *testing.T) {
 	first, _ := gen.state()
 	lease.setRenewErr(errors.New("nats: no response from stream"))
 	runHeartbeat(t, h)
-	eventually(t, 5*time.Second, "a failed beat", func() bool { return h.Stats().ConsecutiveFailures > 0 })
+	testutil.Eventually(t, 5*time.Second, "a failed beat", func() bool { return h.Stats().ConsecutiveFailures > 0 })
 	failedAt := time.Now()
 	lease.setRenewErr(nil)
-	eventually(t, 2*time.Second, "the ceiling to rise again", func() bool { c, _ := gen.state(); return c > first })
+	testutil.Eventually(t, 2*time.Second, "the ceiling to rise again", func() bool { c, _ := gen.state(); return c > first })
 	if d := time.Since(failedAt); d > 1500*time.Millisecond {
 		t.Fatalf("the beat after a failure came %s later, want well within the 3s interval", d)
 	}
@@ -183,12 +184,12 @@ func TestHeartbeatRetriesFailedBeatSoon(t *testing.T) {
 // not repeat is a (worker ID, timestamp) pair.
 func TestGuardOwnRecordOfAnotherWorkerID(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	forever := openForever(t, env.js)
 	must(t, "Put", forever.Put(ctx, "n1", Record{WorkerID: 3, Timestamp: t0ms - 100, Ceiling: t0ms + 3900}))
 	start := func(clockAt time.Time, id int64) (int64, error) {
 		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
-			c.NodeID, c.Forever, c.Clock, c.Logger = "n1", forever, snowflake.NewFakeClock(clockAt), testLogger(t)
+			c.NodeID, c.Forever, c.Clock, c.Logger = "n1", forever, snowflake.NewFakeClock(clockAt), testutil.Logger(t)
 		}))
 		must(t, "NewGuard", err)
 		return g.Start(ctx, &fakeLease{id: id})
@@ -210,7 +211,7 @@ func TestGuardOwnRecordOfAnotherWorkerID(t *testing.T) {
 // an interval and borrow-max more; after a crash it still waits the whole margin.
 func TestGuardCleanStopRecordSetsTheFloor(t *testing.T) {
 	env := startJS(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	forever := openForever(t, env.js)
 	for _, tt := range []struct {
 		name    string
@@ -236,7 +237,7 @@ func TestGuardCleanStopRecordSetsTheFloor(t *testing.T) {
 				last = t0ms + 1000
 			}
 			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
-				c.NodeID, c.Forever, c.Cache, c.Clock, c.Logger = "n1", forever, cache, clock, testLogger(t)
+				c.NodeID, c.Forever, c.Cache, c.Clock, c.Logger = "n1", forever, cache, clock, testutil.Logger(t)
 			}))
 			must(t, "NewGuard", err)
 			floor, err := g.Start(ctx, &fakeLease{id: 9, recorded: last})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -25,7 +26,7 @@ func TestZKRegistryLeafLayout(t *testing.T) {
 		t.Fatalf("first node: WorkerID %d TTL %s, want 0 and 0", l.WorkerID(), l.TTL())
 	}
 	node := "/snowflake/" + name + "/forever/10.0.0.5:8080-0000000000"
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	ts := time.Now().UnixMilli() + 1000
 	must(t, "Renew", l.Renew(ctx, ts))
 	if got, want := zkGet(t, conn, node), fmt.Sprintf(`{"ip":"10.0.0.5","port":"8080","timestamp":%d}`, ts); got != want {
@@ -57,7 +58,7 @@ func TestZKRegistryRestartKeepsWorkerID(t *testing.T) {
 	// Another node first, so the ID kept is not 0 by chance.
 	zkAcquire(t, openZK(t, zkConfig(srv.Servers(), name, "10.0.0.9:8080")))
 
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	r1 := openZK(t, cfg)
 	l1 := zkAcquire(t, r1)
 	if l1.Recorded() != 0 {
@@ -116,7 +117,7 @@ func TestZKRegistryFirstStartRace(t *testing.T) {
 			openZK(t, zkConfig(srv.Servers(), name, "10.0.0.2:8080")),
 		}
 		for _, r := range regs { // both ready, so they really start together
-			if !r.waitSession(testCtx(t, 10*time.Second), 10*time.Second) {
+			if !r.waitSession(testutil.Context(t, 10*time.Second), 10*time.Second) {
 				t.Fatalf("round %d: no session", round)
 			}
 		}
@@ -135,13 +136,13 @@ func TestZKRegistrySameAddressRefused(t *testing.T) {
 	cfg := zkConfig(srv.Servers(), name, "10.0.0.5:8080", zkSessionTimeout(time.Second))
 
 	first := zkAcquire(t, openZK(t, cfg))
-	_, err := openZK(t, cfg).Acquire(testCtx(t, 15*time.Second))
+	_, err := openZK(t, cfg).Acquire(testutil.Context(t, 15*time.Second))
 	wantErrIs(t, "second Acquire as the same ip:port", err, ErrZKAddressInUse)
 	if !strings.Contains(err.Error(), "10.0.0.5:8080") {
 		t.Fatalf("error %q does not name the ip:port", err)
 	}
 	// Released, the ID is this ip:port's again at once.
-	must(t, "Release", first.Release(testCtx(t, 5*time.Second), 1))
+	must(t, "Release", first.Release(testutil.Context(t, 5*time.Second), 1))
 	if l := zkAcquire(t, openZK(t, cfg)); l.WorkerID() != first.WorkerID() {
 		t.Fatalf("after release: WorkerID %d, want %d", l.WorkerID(), first.WorkerID())
 	}
@@ -159,7 +160,7 @@ func TestZKRegistrySequenceOutOfRange(t *testing.T) {
 		}
 	}
 	_, err := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.9:8080", zkMaxWorkerID(2))).
-		Acquire(testCtx(t, 10*time.Second))
+		Acquire(testutil.Context(t, 10*time.Second))
 	wantErrIs(t, "Acquire past the range", err, ErrZKSequenceOutOfRange)
 	for _, want := range []string{"worker ID 3", "10.0.0.9:8080-0000000003", "above 2", "--zk-recycle"} {
 		if !strings.Contains(err.Error(), want) {
@@ -177,7 +178,7 @@ func TestZKRegistryCacheThenZooKeeperBack(t *testing.T) {
 	zkAcquire(t, openZK(t, zkConfig(srv.Servers(), "back", "10.0.0.1:8080")))
 	first := openZK(t, cfg)
 	l := zkAcquire(t, first)
-	must(t, "Release", l.Release(testCtx(t, 5*time.Second), 1000))
+	must(t, "Release", l.Release(testutil.Context(t, 5*time.Second), 1000))
 	first.Close()
 	cfg.Cache = &CacheFile{Path: filepath.Join(t.TempDir(), "cache.json")}
 	must(t, "Save", cfg.Cache.Save(CacheEntry{NodeID: "n1", WorkerID: l.WorkerID(), Timestamp: 2000}))
@@ -190,8 +191,8 @@ func TestZKRegistryCacheThenZooKeeperBack(t *testing.T) {
 	}
 	srv.Start()
 	ts := time.Now().UnixMilli() + 5000
-	eventually(t, 15*time.Second, "Renew to reach ZooKeeper again", func() bool {
-		return fallback.Renew(testCtx(t, 2*time.Second), ts) == nil
+	testutil.Eventually(t, 15*time.Second, "Renew to reach ZooKeeper again", func() bool {
+		return fallback.Renew(testutil.Context(t, 2*time.Second), ts) == nil
 	})
 	conn := srv.Connect(t)
 	if got := zkGet(t, conn, "/snowflake/back/forever/10.0.0.5:8080-0000000001"); !strings.Contains(got, fmt.Sprintf(`"timestamp":%d`, ts)) {

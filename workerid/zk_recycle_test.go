@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -18,7 +19,7 @@ func TestZKRecycleRace(t *testing.T) {
 	var regs []*ZKRegistry
 	for i := range 10 {
 		r := openZK(t, zkConfig(srv.Servers(), name, fmt.Sprintf("10.0.0.%d:8080", i), zkRecycle(4*time.Second)))
-		if !r.waitSession(testCtx(t, 10*time.Second), 10*time.Second) {
+		if !r.waitSession(testutil.Context(t, 10*time.Second), 10*time.Second) {
 			t.Fatal("no session")
 		}
 		regs = append(regs, r)
@@ -50,13 +51,13 @@ func TestZKRecycleExpiry(t *testing.T) {
 	if la.TTL() != ttl {
 		t.Fatalf("TTL %s, want %s", la.TTL(), ttl)
 	}
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	lastReport := time.Now().UnixMilli()
 	must(t, "Renew", la.Renew(ctx, lastReport))
 
 	proxy.setFrozen(true)
 	leasePath := a.leasePath(la.WorkerID())
-	eventually(t, 10*time.Second, "the silent holder's lease node to expire", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the silent holder's lease node to expire", func() bool {
 		ok, _, err := conn.Exists(leasePath)
 		return err == nil && !ok
 	})
@@ -71,7 +72,7 @@ func TestZKRecycleExpiry(t *testing.T) {
 
 	proxy.setFrozen(false)
 	var err error
-	eventually(t, 15*time.Second, "the old holder's Renew to report the lease lost", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the old holder's Renew to report the lease lost", func() bool {
 		err = la.Renew(ctx, time.Now().UnixMilli())
 		return errors.Is(err, ErrLeaseLost)
 	})
@@ -98,7 +99,7 @@ func TestZKRecycleHeartbeatSuspendsBeforeExpiry(t *testing.T) {
 		c.Generator = gen
 		c.Interval = 250 * time.Millisecond
 		c.WriteTimeout = 200 * time.Millisecond
-		c.Logger = testLogger(t)
+		c.Logger = testutil.Logger(t)
 	}))
 	must(t, "NewHeartbeat", err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,13 +113,13 @@ func TestZKRecycleHeartbeatSuspendsBeforeExpiry(t *testing.T) {
 			t.Error("heartbeat Run did not return")
 		}
 	})
-	eventually(t, 5*time.Second, "the first beat to resume the generator", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the first beat to resume the generator", func() bool {
 		_, s := gen.state()
 		return s == nil
 	})
 
 	proxy.setFrozen(true)
-	eventually(t, 5*time.Second, "the heartbeat to suspend the generator", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the heartbeat to suspend the generator", func() bool {
 		_, s := gen.state()
 		return errors.Is(s, ErrLeaseLost)
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -65,9 +66,9 @@ func zkSessionTimeout(d time.Duration) func(*ZKRegistryConfig) {
 func openZK(tb testing.TB, cfg ZKRegistryConfig) *ZKRegistry {
 	tb.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(tb)
+		cfg.Logger = testutil.Logger(tb)
 	}
-	r, err := OpenZKRegistry(testCtx(tb, 10*time.Second), cfg)
+	r, err := OpenZKRegistry(testutil.Context(tb, 10*time.Second), cfg)
 	if err != nil {
 		tb.Fatalf("OpenZKRegistry(%+v): %v", cfg, err)
 	}
@@ -77,7 +78,7 @@ func openZK(tb testing.TB, cfg ZKRegistryConfig) *ZKRegistry {
 
 func zkAcquire(tb testing.TB, r Registry) Lease {
 	tb.Helper()
-	l, err := r.Acquire(testCtx(tb, 15*time.Second))
+	l, err := r.Acquire(testutil.Context(tb, 15*time.Second))
 	if err != nil {
 		tb.Fatalf("Acquire: %v", err)
 	}
@@ -128,7 +129,7 @@ func TestZKRegistryDownAtStart(t *testing.T) {
 			r := openZK(t, zkConfig([]string{closedAddr(t)}, "down", "10.0.0.5:8080", func(c *ZKRegistryConfig) {
 				c.Recycle, c.TTL, c.SessionTimeout, c.Cache = tt.recycle, 2*time.Second, time.Second, cache
 			}))
-			l, err := r.Acquire(testCtx(t, 10*time.Second))
+			l, err := r.Acquire(testutil.Context(t, 10*time.Second))
 			if tt.wantErr != nil {
 				wantErrIs(t, "Acquire", err, tt.wantErr)
 				return
@@ -137,16 +138,16 @@ func TestZKRegistryDownAtStart(t *testing.T) {
 			if l.WorkerID() != tt.cache.WorkerID || l.Recorded() != tt.cache.Timestamp || l.TTL() != 0 {
 				t.Fatalf("lease from cache: WorkerID %d Recorded %d TTL %s, want %d, %d, 0", l.WorkerID(), l.Recorded(), l.TTL(), tt.cache.WorkerID, tt.cache.Timestamp)
 			}
-			if err := l.Renew(testCtx(t, 5*time.Second), now); err == nil {
+			if err := l.Renew(testutil.Context(t, 5*time.Second), now); err == nil {
 				t.Fatal("Renew with ZooKeeper down = nil, want an error")
 			}
 			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
 				c.NodeID = "n1"
 				c.Cache = cache
-				c.Logger = testLogger(t)
+				c.Logger = testutil.Logger(t)
 			}))
 			must(t, "NewGuard", err)
-			_, err = g.Start(testCtx(t, 10*time.Second), l)
+			_, err = g.Start(testutil.Context(t, 10*time.Second), l)
 			if tt.guard != nil {
 				wantErrIs(t, "Guard.Start", err, tt.guard)
 				return

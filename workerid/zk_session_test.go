@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -120,13 +121,13 @@ func TestZKRegistryReplacesStuckClient(t *testing.T) {
 	name := zkTestName(t, srv, conn)
 	proxy := startHangProxy(t, srv.Addr())
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.5:8080"))
-	eventually(t, 5*time.Second, "the client to connect and wait for its handshake", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the client to connect and wait for its handshake", func() bool {
 		return r.conn.State() == zk.StateConnected
 	})
 	proxy.setForward()
 	runRegistry(t, r)
 	start := time.Now()
-	eventually(t, 5*time.Second, "a session", r.Connected)
+	testutil.Eventually(t, 5*time.Second, "a session", r.Connected)
 	t.Logf("session %s after the server answered, %d replacement(s)", time.Since(start).Round(time.Millisecond), r.conn.Replaced())
 	if r.conn.Replaced() == 0 {
 		t.Fatalf("the stuck client got a session without being replaced")
@@ -145,12 +146,12 @@ func TestZKLeafLeaseSurvivesClientReplacement(t *testing.T) {
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "n1.json")}
 	r := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.5:8080", func(c *ZKRegistryConfig) { c.Cache = cache }))
 	lease := zkAcquire(t, r)
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	must(t, "Renew", lease.Renew(ctx, time.Now().UnixMilli()))
 	old := r.conn.SessionID()
 
 	r.replaceClient(0, "test")
-	eventually(t, 5*time.Second, "a new session", func() bool { return r.Connected() && r.conn.SessionID() != old })
+	testutil.Eventually(t, 5*time.Second, "a new session", func() bool { return r.Connected() && r.conn.SessionID() != old })
 	must(t, "Renew on the new session", lease.Renew(ctx, time.Now().UnixMilli()))
 	_, st, err := conn.Get(r.alivePath())
 	must(t, "Get alive node", err)
@@ -179,7 +180,7 @@ func TestZKRecycleLeaseSurvivesClientReplacement(t *testing.T) {
 	proxy.setFrozen(true)
 	r.replaceClient(0, "test")
 	start := time.Now()
-	eventually(t, 10*time.Second, "the lease node on the new session and the holder issuing", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the lease node on the new session and the holder issuing", func() bool {
 		_, st, err := conn.Get(r.leasePath(lease.WorkerID()))
 		if err != nil || st.EphemeralOwner == old || st.EphemeralOwner != r.conn.SessionID() {
 			return false
@@ -222,7 +223,7 @@ func TestZKLeafRestartTakesOverOwnSession(t *testing.T) {
 	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator, c.Cache = lease, &fakeGen{}, cache
 	}))
-	must(t, "Beat", h.Beat(testCtx(t, 10*time.Second)))
+	must(t, "Beat", h.Beat(testutil.Context(t, 10*time.Second)))
 	proxy.setFrozen(true) // the process is gone; its session lives on in ZooKeeper
 	var alive aliveValue
 	must(t, "decode alive node", json.Unmarshal([]byte(zkGet(t, conn, crashed.alivePath())), &alive))
@@ -241,7 +242,7 @@ func TestZKLeafRestartTakesOverOwnSession(t *testing.T) {
 
 	other := &CacheFile{Path: filepath.Join(dir, "other.json")}
 	short := zkConfig(srv.Servers(), name, "10.0.0.5:8080", func(c *ZKRegistryConfig) { c.Cache, c.SessionTimeout = other, time.Second })
-	_, err := openZK(t, short).Acquire(testCtx(t, 15*time.Second))
+	_, err := openZK(t, short).Acquire(testutil.Context(t, 15*time.Second))
 	wantErrIs(t, "Acquire by another process as the same ip:port", err, ErrZKAddressInUse)
 }
 
@@ -258,12 +259,12 @@ func TestZKRegistrySessionBackSoonAfterRestart(t *testing.T) {
 	zkAcquire(t, r)
 	runRegistry(t, r)
 	srv.Stop()
-	eventually(t, 5*time.Second, "the session to be lost", func() bool { return !r.Connected() })
+	testutil.Eventually(t, 5*time.Second, "the session to be lost", func() bool { return !r.Connected() })
 	time.Sleep(3 * time.Second) // long enough for a replacement and go-zk's own retries
 	before := r.conn.Replaced()
 	srv.Start()
 	back := time.Now()
-	eventually(t, 10*time.Second, "a session", r.Connected)
+	testutil.Eventually(t, 10*time.Second, "a session", r.Connected)
 	took := time.Since(back)
 	t.Logf("session %s after ZooKeeper was serving again; %d replacement(s) while it was down, %d after",
 		took.Round(time.Millisecond), before, r.conn.Replaced()-before)

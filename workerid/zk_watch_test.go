@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
 
@@ -67,7 +68,7 @@ func TestZKRecycleLeaseWatchDisconnected(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // well within the session timeout
 	proxy.setFrozen(false)
 	start := time.Now()
-	eventually(t, 10*time.Second, "the holder to issue again", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the holder to issue again", func() bool {
 		_, err := h.gen.Next()
 		return err == nil
 	})
@@ -94,12 +95,12 @@ func TestZKRecycleLeaseWatchSessionExpired(t *testing.T) {
 
 	proxy.setFrozen(true)
 	p := r.leasePath(lease.WorkerID())
-	eventually(t, 15*time.Second, "the session to expire and take the lease node", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the session to expire and take the lease node", func() bool {
 		ok, _, err := conn.Exists(p)
 		return err == nil && !ok
 	})
 	proxy.setFrozen(false)
-	eventually(t, 20*time.Second, "the holder to issue again", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the holder to issue again", func() bool {
 		_, err := h.gen.Next()
 		return err == nil
 	})

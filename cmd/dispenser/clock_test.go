@@ -18,6 +18,7 @@ import (
 
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/dispenser"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -151,7 +152,7 @@ func TestRestartWithClockSetBackNoRepeat(t *testing.T) {
 	// record is fresh (a clean stop), so the clock is 2 s behind it: past
 	// --clock-wait-max it would refuse (TestBinaryRefusesClockBehindRecord); here it may
 	// wait that long.
-	clock := &offsetClock{offset: -2 * time.Second}
+	clock := testutil.OffsetClock{Offset: -2 * time.Second}
 	second := startDispenser(t, func(c *testConfig) {
 		configure(clock)(c)
 		c.ClockWaitMax = 5 * time.Second
@@ -161,12 +162,6 @@ func TestRestartWithClockSetBackNoRepeat(t *testing.T) {
 	}
 	take(second)
 }
-
-// offsetClock is the system clock shifted by a fixed offset.
-type offsetClock struct{ offset time.Duration }
-
-func (c *offsetClock) Now() time.Time        { return time.Now().Add(c.offset) }
-func (c *offsetClock) Sleep(d time.Duration) { snowflake.SystemClock().Sleep(d) }
 
 // TestBinaryKilledRestartNoRepeat kills the real binary (SIGKILL, no final record)
 // while clients take IDs at full speed, restarts it at once on the same data dir, and
