@@ -43,6 +43,13 @@ const (
 	mysqlLockNameMaxLen  = 64   // MariaDB's limit on GET_LOCK names
 	mysqlClaimAttempts   = 4
 	identityLockWaitSecs = 2
+
+	// Driver timeouts a DSN that sets none gets: they back up the callers' contexts, and
+	// end a dial or a read stuck on a server that hangs (a frozen host, a dropped route)
+	// instead of refusing, so that no registry call can outlive them. The I/O bound stays
+	// well above the longest wait the registry asks the server for (GET_LOCK's).
+	mysqlRegistryDialTimeout = 5 * time.Second
+	mysqlRegistryIOTimeout   = 10 * time.Second
 )
 
 // MySQLRegistryConfig configures a MySQLRegistry. Start from DefaultMySQLRegistryConfig.
@@ -156,6 +163,7 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 		return nil, errBadDSN("MySQL registry")
 	}
 	dc.Logger = mysqlDriverLogger{cfg.Logger}
+	withDriverTimeouts(dc)
 	conn, err := mysql.NewConnector(dc)
 	if err != nil {
 		return nil, errBadDSN("MySQL registry")
@@ -168,6 +176,20 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 		return nil, err
 	}
 	return r, nil
+}
+
+// withDriverTimeouts gives dc the registry's dial, read and write timeouts where the
+// DSN sets none (timeout=, readTimeout=, writeTimeout= in the DSN win).
+func withDriverTimeouts(dc *mysql.Config) {
+	if dc.Timeout == 0 {
+		dc.Timeout = mysqlRegistryDialTimeout
+	}
+	if dc.ReadTimeout == 0 {
+		dc.ReadTimeout = mysqlRegistryIOTimeout
+	}
+	if dc.WriteTimeout == 0 {
+		dc.WriteTimeout = mysqlRegistryIOTimeout
+	}
 }
 
 // errBadDSN is the error for a DSN the driver cannot parse. It never wraps the driver's

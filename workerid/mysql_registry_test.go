@@ -433,3 +433,47 @@ func BenchmarkMySQLLeaseRenew(b *testing.B) {
 		}
 	}
 }
+
+// TestMySQLRegistryHungServer: a server that hangs instead of refusing (stopped with
+// SIGSTOP, so connections are accepted and never answered) ends every registry call at
+// the driver's I/O timeout even when the caller's context has no deadline, and a DSN's
+// own timeouts are kept.
+func TestMySQLRegistryHungServer(t *testing.T) {
+	t.Parallel()
+	dc := mysql.NewConfig()
+	dc.ReadTimeout = time.Second
+	withDriverTimeouts(dc)
+	if dc.Timeout != mysqlRegistryDialTimeout || dc.ReadTimeout != time.Second || dc.WriteTimeout != mysqlRegistryIOTimeout {
+		t.Fatalf("withDriverTimeouts: dial %v read %v write %v, want %v, the DSN's 1s, %v",
+			dc.Timeout, dc.ReadTimeout, dc.WriteTimeout, mysqlRegistryDialTimeout, mysqlRegistryIOTimeout)
+	}
+
+	srv := testenv.StartMariaDB(t)
+	dsn := srv.NewDatabase(t)
+	l := acquireMySQL(t, openMySQLRegistry(t, dsn, "10.0.0.5:8080", DefaultMaxWorkerID))
+	srv.Freeze()
+
+	bound := 3*mysqlRegistryIOTimeout + 30*time.Second // a slow machine's slack; a hang is forever
+	opened, renewed := make(chan error, 1), make(chan error, 1)
+	go func() {
+		r, err := OpenMySQLRegistry(context.Background(), mysqlConfig(dsn, "10.0.0.6:8080", func(c *MySQLRegistryConfig) { c.Logger = testutil.Logger(t) }))
+		if err == nil {
+			r.Close()
+		}
+		opened <- err
+	}()
+	go func() { renewed <- l.Renew(context.Background(), time.Now().UnixMilli()) }()
+	for _, c := range []struct {
+		call string
+		ch   chan error
+	}{{"OpenMySQLRegistry", opened}, {"Renew", renewed}} {
+		select {
+		case err := <-c.ch:
+			if err == nil || errors.Is(err, ErrLeaseLost) {
+				t.Errorf("%s on a hung MariaDB = %v, want a transient error", c.call, err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("%s on a hung MariaDB with no deadline did not return within %v", c.call, bound)
+		}
+	}
+}
