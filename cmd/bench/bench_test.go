@@ -444,6 +444,11 @@ func TestParseFlags(t *testing.T) {
 		{"ErrStoreDelayNegative", []string{"--embedded", "--store-delay", "-1s"}, nil, true},
 		{"ErrSpillWithoutCheck", []string{"--check-spill", "/tmp"}, nil, true},
 		{"ErrBaseline", []string{"--baseline", "redis"}, nil, true},
+		{"BothBaselines", []string{"--baseline", "echo,echo-process"}, func(c Config) bool { return len(c.baselines()) == 2 }, false},
+		{"EchoAt", []string{"--baseline", "echo-process", "--echo-at", "_bench.echo.x"}, func(c Config) bool { return c.EchoAt == "_bench.echo.x" }, false},
+		{"ErrBaselineTwice", []string{"--baseline", "echo,echo"}, nil, true},
+		{"ErrEchoAtWithoutProcess", []string{"--baseline", "echo", "--echo-at", "x"}, nil, true},
+		{"ErrEchoAtWildcard", []string{"--baseline", "echo-process", "--echo-at", "x.>"}, nil, true},
 		{"ErrEncoding", []string{"--encoding", "json"}, nil, true},
 		{"ErrBatch", []string{"--batch", "0"}, nil, true},
 		{"ErrTimeout", []string{"--timeout", "0s"}, nil, true},
@@ -539,7 +544,7 @@ func BenchmarkLoadgenEcho(b *testing.B) {
 	n := testenv.StartNATS(b)
 	cfg := testConfig(n)
 	cfg.Clients, cfg.Inflight = 2, 16
-	echo, err := startEcho(cfg.Conn, cfg.Tags, [][]byte{[]byte("1860000000000000001")}, 1, nil)
+	echo, err := startEcho(cfg.Conn, newEchoPrefix(), cfg.Tags, [][]byte{[]byte("1860000000000000001")}, 1, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

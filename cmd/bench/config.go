@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,9 +51,24 @@ type Config struct {
 	CheckSpill string // with Check: directory for sorted runs, bounding memory
 	CheckMem   int    // with CheckSpill: IDs held in memory before a run is written
 
-	Baseline       string // "" or "echo": repeat the load against a bare NATS responder
+	// Baseline lists the bare NATS responders to repeat the load against, comma
+	// separated: "echo" runs them inside this process, "echo-process" in a process of
+	// their own (`bench echo`), as a dispenser is deployed; "" for none.
+	Baseline       string
 	EchoResponders int    // echo subscriptions; 0 means as many as the dispenser service has
+	EchoAt         string // with echo-process: the subject prefix of a `bench echo` already running
+
+	exe string // the binary `bench echo` runs from; "" is this one (tests set their own)
 }
+
+// Baselines of --baseline.
+const (
+	baselineEcho        = "echo"         // responders in the bench process
+	baselineEchoProcess = "echo-process" // responders in a `bench echo` process
+)
+
+// baselines splits Baseline into its names, in the order they run.
+func (c Config) baselines() []string { return splitList(c.Baseline) }
 
 func defaultConfig() Config {
 	return Config{
@@ -80,6 +96,9 @@ and reports throughput, errors by code and latency percentiles.
                                            NATS responder on the same server (the headline ratio)
   bench --http http://127.0.0.1:8080       the same load on a Leaf-compatible HTTP server
                                            (leafbus's gateway, Leaf, another port of Leaf's API)
+  bench --baseline echo,echo-process       compare with the responder in this process and in a
+                                           process of its own, as a dispenser is deployed
+  bench echo --help                        the responder alone, to start by hand (--echo-at)
 
 Closed loop (the default): each of --clients connections keeps --inflight requests
 outstanding and sends the next as soon as one completes. Open loop (--rate): requests are
@@ -132,8 +151,9 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.CheckSpill, "check-spill", "", "with --check: `dir`ectory for sorted runs of IDs, so memory stays bounded by --check-mem (exact, for huge runs)")
 	fs.IntVar(&cfg.CheckMem, "check-mem", cfg.CheckMem, "with --check-spill: IDs held in memory (8 bytes each) before a sorted run is written")
 
-	fs.StringVar(&cfg.Baseline, "baseline", "", "echo: afterwards run the same load against a bare NATS responder that answers with a same-size canned reply, and print dispenser/echo ratios")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "echo, echo-process or both (comma separated): afterwards run the same load against a bare NATS responder that answers with a same-size canned reply, in this process (echo) or in a `bench echo` process of its own (echo-process), and print dispenser/echo ratios")
 	fs.IntVar(&cfg.EchoResponders, "echo-responders", 0, "echo subscriptions, each on its own connection (0: as many endpoint instances as $SRV.INFO.<prefix> shows serving the subject, at least 1)")
+	fs.StringVar(&cfg.EchoAt, "echo-at", "", "with --baseline echo-process: the --subject of a `bench echo` already running (started by hand, maybe elsewhere) instead of starting one")
 
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -237,12 +257,24 @@ func (c Config) Validate() error {
 		return bad("--check-spill %q needs --check", c.CheckSpill)
 	case c.CheckMem < 1:
 		return bad("--check-mem %d must be at least 1", c.CheckMem)
-	case c.Baseline != "" && c.Baseline != "echo":
-		return bad("--baseline %q: the only baseline is echo", c.Baseline)
 	case c.EchoResponders < 0:
 		return bad("--echo-responders %d must not be negative", c.EchoResponders)
 	case c.EchoResponders > 0 && c.Baseline == "":
 		return bad("--echo-responders %d needs --baseline echo", c.EchoResponders)
+	case c.EchoAt != "" && !slices.Contains(c.baselines(), baselineEchoProcess):
+		return bad("--echo-at %q needs --baseline echo-process", c.EchoAt)
+	}
+	if c.EchoAt != "" {
+		if err := checkEchoSubject(c.EchoAt); err != nil {
+			return bad("--echo-at: %v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, b := range c.baselines() {
+		if (b != baselineEcho && b != baselineEchoProcess) || seen[b] {
+			return bad("--baseline %q: want echo, echo-process or echo,echo-process", c.Baseline)
+		}
+		seen[b] = true
 	}
 	// A bad prefix or tag would only earn timeouts or 400s: say so before starting.
 	if err := wire.CheckPrefix(c.Prefix); err != nil {

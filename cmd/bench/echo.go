@@ -26,10 +26,15 @@ type echoServer struct {
 	conns  []*benchConn
 }
 
-// startEcho connects responders responders through cfg and subscribes them. payloads[i]
-// answers requests for tags[i].
-func startEcho(cfg client.ConnConfig, tags []string, payloads [][]byte, responders int, logger *slog.Logger) (*echoServer, error) {
-	e := &echoServer{prefix: "_bench.echo." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)}
+// newEchoPrefix is a subject prefix no other run uses: _bench.echo.<unique>.
+func newEchoPrefix() string {
+	return "_bench.echo." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)
+}
+
+// startEcho connects responders responders through cfg and subscribes them to
+// prefix.<tag>. payloads[i] answers requests for tags[i].
+func startEcho(cfg client.ConnConfig, prefix string, tags []string, payloads [][]byte, responders int, logger *slog.Logger) (*echoServer, error) {
+	e := &echoServer{prefix: prefix}
 	byTag := make(map[string][]byte, len(tags))
 	for i, tag := range tags {
 		byTag[tag] = payloads[i]

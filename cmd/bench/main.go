@@ -22,7 +22,9 @@
 //   - --baseline echo then repeats the identical load against a bare NATS responder on
 //     the same server that answers with a real reply's bytes; dispenser/echo per metric
 //     is what the dispenser costs over NATS itself. The echo run keeps no IDs, so for
-//     a clean ratio leave --check off.
+//     a clean ratio leave --check off. --baseline echo-process runs the responder in a
+//     process of its own (`bench echo`, started by bench), as a dispenser is deployed;
+//     the in-process echo shares the bench's runtime with the load clients instead.
 package main
 
 import (
@@ -47,7 +49,12 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := bench(ctx, os.Args[1:], os.Stdout, os.Stderr, terminal(os.Stderr))
+	var code int
+	if len(os.Args) > 1 && os.Args[1] == "echo" {
+		code = echoMain(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else {
+		code = bench(ctx, os.Args[1:], os.Stdout, os.Stderr, terminal(os.Stderr))
+	}
 	stop()
 	os.Exit(code)
 }
@@ -91,7 +98,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, live bo
 		return exitTrouble
 	case rep.Failed():
 		return exitFailed
-	case rep.Baseline != nil && rep.Baseline.Error != "":
+	case rep.baselineFailed():
 		return exitTrouble
 	}
 	return exitOK

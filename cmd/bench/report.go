@@ -34,7 +34,9 @@ type Report struct {
 
 	Dispenser PhaseReport     `json:"dispenser"`
 	Check     *CheckReport    `json:"check,omitempty"`
-	Baseline  *BaselineReport `json:"baseline,omitempty"`
+	Baseline  *BaselineReport `json:"baseline,omitempty"` // echo in this process
+	// BaselineProcess is the echo in a process of its own (--baseline echo-process).
+	BaselineProcess *BaselineReport `json:"baseline_process,omitempty"`
 }
 
 // PhaseReport is one phase: the dispenser run or the echo run. Counts are of measured
@@ -84,6 +86,7 @@ type CheckReport struct {
 
 // BaselineReport is the echo comparison.
 type BaselineReport struct {
+	Where            string        `json:"where"` // "in-process" or "own process"
 	Responders       int           `json:"responders"`
 	RespondersSource string        `json:"responders_source"`
 	PayloadBytes     []int         `json:"payload_bytes"` // per tag
@@ -240,45 +243,51 @@ func (r *Report) writeHeading(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// phaseTable writes rows of one metric per phase, and with a baseline the ratio.
+// phaseTable writes rows of one metric per phase, then for each baseline the ratio.
 type phaseTable struct {
 	w      io.Writer
 	phases []*PhaseReport
-	ratios []MetricRatio
+	ratios [][]MetricRatio // per baseline (phases[1:])
 }
 
-// row writes the metric name, f of each phase, and with two phases the ratio of the
+// row writes the metric name, f of each phase, and with baselines the ratios of the
 // comparison's metric ("": none).
 func (t *phaseTable) row(name string, f func(p *PhaseReport) string, metric string) {
 	line := name
 	for _, p := range t.phases {
 		line += "\t" + f(p)
 	}
-	if len(t.phases) > 1 {
-		line += "\t" + ratioString(t.ratio(metric))
+	for _, rs := range t.ratios {
+		line += "\t" + ratioString(findRatio(rs, metric))
 	}
 	fmt.Fprintln(t.w, line+"\t")
 }
 
-func (t *phaseTable) ratio(metric string) *MetricRatio {
-	for i := range t.ratios {
-		if metric != "" && t.ratios[i].Metric == metric {
-			return &t.ratios[i]
+func findRatio(rs []MetricRatio, metric string) *MetricRatio {
+	for i := range rs {
+		if metric != "" && rs[i].Metric == metric {
+			return &rs[i]
 		}
 	}
 	return nil
 }
 
-// writeTable writes the dispenser's numbers, beside the echo's when there is a baseline.
+// writeTable writes the dispenser's numbers, beside each echo's when there are baselines.
 func (r *Report) writeTable(w io.Writer) {
 	t := &phaseTable{w: w, phases: []*PhaseReport{&r.Dispenser}}
-	header := "\tdispenser"
-	if r.Baseline != nil && r.Baseline.Echo != nil {
-		t.phases = append(t.phases, r.Baseline.Echo)
-		t.ratios = r.Baseline.Ratios
-		header += "\techo\tdispenser/echo"
+	header, ratioHeader := "\tdispenser", ""
+	for _, b := range []struct {
+		report      *BaselineReport
+		name, ratio string
+	}{{r.Baseline, "echo", "dispenser/echo"}, {r.BaselineProcess, "echo-process", "dispenser/echo-process"}} {
+		if b.report != nil && b.report.Echo != nil {
+			t.phases = append(t.phases, b.report.Echo)
+			t.ratios = append(t.ratios, b.report.Ratios)
+			header += "\t" + b.name
+			ratioHeader += "\t" + b.ratio
+		}
 	}
-	fmt.Fprintln(w, header+"\t")
+	fmt.Fprintln(w, header+ratioHeader+"\t")
 	t.row("elapsed", func(p *PhaseReport) string { return fmt.Sprintf("%.2fs", p.ElapsedS) }, "")
 	t.row("requests sent", func(p *PhaseReport) string { return group(p.Sent) }, "")
 	t.row("good replies", func(p *PhaseReport) string { return group(p.OK) }, "")
@@ -341,13 +350,20 @@ func (r *Report) writeNotes(w io.Writer) {
 			fmt.Fprintf(w, "DUPLICATE IDS, e.g. %s\n", strings.Join(c.DuplicateSamples, " "))
 		}
 	}
-	if b := r.Baseline; b != nil {
-		if b.Error != "" {
-			fmt.Fprintf(w, "\nbaseline echo: not run: %s\n", b.Error)
-		} else {
-			fmt.Fprintf(w, "\nbaseline echo: %d responders (%s), canned replies of %v bytes\n", b.Responders, b.RespondersSource, b.PayloadBytes)
+	for _, b := range []*BaselineReport{r.Baseline, r.BaselineProcess} {
+		switch {
+		case b == nil:
+		case b.Error != "":
+			fmt.Fprintf(w, "\nbaseline echo (%s): not run: %s\n", b.Where, b.Error)
+		default:
+			fmt.Fprintf(w, "\nbaseline echo (%s): %d responders (%s), canned replies of %v bytes\n", b.Where, b.Responders, b.RespondersSource, b.PayloadBytes)
 		}
 	}
+}
+
+// baselineFailed reports a baseline that was asked for and could not run.
+func (r *Report) baselineFailed() bool {
+	return (r.Baseline != nil && r.Baseline.Error != "") || (r.BaselineProcess != nil && r.BaselineProcess.Error != "")
 }
 
 func ratioString(r *MetricRatio) string {

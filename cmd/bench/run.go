@@ -75,8 +75,16 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		}
 		rep.Check = checkReport(found, spec.monotonic, res.regressions)
 	}
-	if cfg.Baseline == "echo" && ctx.Err() == nil {
-		rep.Baseline = runEchoBaseline(ctx, cfg, subjects, clients, spec, &rep.Dispenser, progressOut, logger)
+	for _, where := range cfg.baselines() {
+		if ctx.Err() != nil {
+			break
+		}
+		b := runEchoBaseline(ctx, cfg, where, subjects, clients, spec, &rep.Dispenser, progressOut, logger)
+		if where == baselineEchoProcess {
+			rep.BaselineProcess = b
+		} else {
+			rep.Baseline = b
+		}
 	}
 	rep.Interrupted = ctx.Err() != nil
 	return rep, nil
@@ -101,11 +109,21 @@ func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loa
 	return s
 }
 
-// runEchoBaseline repeats the dispenser's load against a bare NATS responder. A baseline
-// that cannot run says why in its report instead of failing the run, whose dispenser
-// numbers stand on their own.
-func runEchoBaseline(ctx context.Context, cfg Config, subjects wire.Subjects, clients []*benchConn, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
-	b := &BaselineReport{}
+// echoResponders is a running echo baseline, in this process or in its own.
+type echoResponders interface {
+	subject(tag string) string // where the echo copy of a request for tag goes
+	stop()
+}
+
+// runEchoBaseline repeats the dispenser's load against a bare NATS responder, in this
+// process (where is baselineEcho) or in a `bench echo` process (baselineEchoProcess). A
+// baseline that cannot run says why in its report instead of failing the run, whose
+// dispenser numbers stand on their own.
+func runEchoBaseline(ctx context.Context, cfg Config, where string, subjects wire.Subjects, clients []*benchConn, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
+	b := &BaselineReport{Where: "in-process"}
+	if where == baselineEchoProcess {
+		b.Where = "own process"
+	}
 	payloads, err := sampleReplies(clients[0].nc, spec)
 	if err != nil {
 		b.Error = err.Error()
@@ -114,20 +132,13 @@ func runEchoBaseline(ctx context.Context, cfg Config, subjects wire.Subjects, cl
 	for _, p := range payloads {
 		b.PayloadBytes = append(b.PayloadBytes, len(p))
 	}
-	b.Responders, b.RespondersSource = cfg.EchoResponders, "--echo-responders"
-	if b.Responders == 0 {
-		n, err := countResponders(clients[0].nc, subjects.Service(), spec.subjects[0], time.Second)
-		switch {
-		case err != nil:
-			logger.Warn("cannot count the dispenser's endpoints; the echo gets one responder", "err", err)
-			b.Responders, b.RespondersSource = 1, "default: $SRV.INFO failed"
-		case n == 0:
-			b.Responders, b.RespondersSource = 1, "default: no micro service answered $SRV.INFO."+subjects.Service()
-		default:
-			b.Responders, b.RespondersSource = n, "endpoints serving the subject in $SRV.INFO."+subjects.Service()
-		}
+	b.Responders, b.RespondersSource = echoResponderCount(cfg, subjects, clients[0].nc, spec.subjects[0], logger)
+	var echo echoResponders
+	if where == baselineEchoProcess {
+		echo, err = startEchoProcess(ctx, cfg, b.Responders)
+	} else {
+		echo, err = startEcho(cfg.Conn, newEchoPrefix(), cfg.Tags, payloads, b.Responders, logger)
 	}
-	echo, err := startEcho(cfg.Conn, cfg.Tags, payloads, b.Responders, logger)
 	if err != nil {
 		b.Error = err.Error()
 		return b
@@ -135,6 +146,9 @@ func runEchoBaseline(ctx context.Context, cfg Config, subjects wire.Subjects, cl
 	defer echo.stop()
 	echoSpec := *spec
 	echoSpec.label, echoSpec.checks, echoSpec.monotonic, echoSpec.subjects = "echo", nil, false, nil
+	if where == baselineEchoProcess {
+		echoSpec.label = "echo-process"
+	}
 	for _, tag := range cfg.Tags {
 		echoSpec.subjects = append(echoSpec.subjects, echo.subject(tag))
 	}
@@ -147,4 +161,21 @@ func runEchoBaseline(ctx context.Context, cfg Config, subjects wire.Subjects, cl
 	b.Echo = &e
 	b.Ratios = ratios(disp, &e)
 	return b
+}
+
+// echoResponderCount is how many responders the echo gets, and why: --echo-responders,
+// else as many endpoint instances as serve the subject, else one.
+func echoResponderCount(cfg Config, subjects wire.Subjects, nc *nats.Conn, subject string, logger *slog.Logger) (int, string) {
+	if cfg.EchoResponders > 0 {
+		return cfg.EchoResponders, "--echo-responders"
+	}
+	n, err := countResponders(nc, subjects.Service(), subject, time.Second)
+	switch {
+	case err != nil:
+		logger.Warn("cannot count the dispenser's endpoints; the echo gets one responder", "err", err)
+		return 1, "default: $SRV.INFO failed"
+	case n == 0:
+		return 1, "default: no micro service answered $SRV.INFO." + subjects.Service()
+	}
+	return n, "endpoints serving the subject in $SRV.INFO." + subjects.Service()
 }
