@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,9 @@ type Config struct {
 	StoreDelay time.Duration
 	// CPUProfile names a file for a pprof CPU profile of the run ("" for none).
 	CPUProfile string
+	// CPUPIDs are other processes (label -> pid, e.g. "dispenser") whose CPU time per
+	// request each phase reports, beside this bench's and an echo process's.
+	CPUPIDs map[string]int
 
 	Kind     wire.Kind     // segment or snowflake
 	Tags     []string      // requests go round robin over these
@@ -55,6 +59,7 @@ type Config struct {
 	// separated: "echo" runs them inside this process, "echo-process" in a process of
 	// their own (`bench echo`), as a dispenser is deployed; "" for none.
 	Baseline       string
+	Rounds         int    // the measured part cut into rounds in which the phases take turns
 	EchoResponders int    // echo subscriptions; 0 means as many as the dispenser service has
 	EchoAt         string // with echo-process: the subject prefix of a `bench echo` already running
 
@@ -83,6 +88,7 @@ func defaultConfig() Config {
 		Warmup:   time.Second,
 		Duration: 10 * time.Second,
 		Timeout:  2 * time.Second,
+		Rounds:   1,
 		CheckMem: 16 << 20,
 	}
 }
@@ -128,7 +134,6 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	cfg.Conn.RegisterFlags(fs)
 	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
 	fs.StringVar(&cfg.HTTP, "http", "", "load a server with Leaf's HTTP API at this base `URL` instead of NATS: GET /api/segment/get/{tag} and /api/snowflake/get/{tag}, ?count=N for --batch; text replies only")
-	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run (with --embedded, the dispenser's too) to this `file`")
 	fs.DurationVar(&cfg.StoreDelay, "store-delay", 0, "with --embedded: delay every segment store call by this much, as a slow database would")
 
 	fs.StringVar(&kind, "kind", kind, "ID `kind`: segment or snowflake")
@@ -151,12 +156,13 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	fs.StringVar(&cfg.CheckSpill, "check-spill", "", "with --check: `dir`ectory for sorted runs of IDs, so memory stays bounded by --check-mem (exact, for huge runs)")
 	fs.IntVar(&cfg.CheckMem, "check-mem", cfg.CheckMem, "with --check-spill: IDs held in memory (8 bytes each) before a sorted run is written")
 
-	fs.StringVar(&cfg.Baseline, "baseline", "", "echo, echo-process or both (comma separated): afterwards run the same load against a bare NATS responder that answers with a same-size canned reply, in this process (echo) or in a `bench echo` process of its own (echo-process), and print dispenser/echo ratios")
-	fs.IntVar(&cfg.EchoResponders, "echo-responders", 0, "echo subscriptions, each on its own connection (0: as many endpoint instances as $SRV.INFO.<prefix> shows serving the subject, at least 1)")
-	fs.StringVar(&cfg.EchoAt, "echo-at", "", "with --baseline echo-process: the --subject of a `bench echo` already running (started by hand, maybe elsewhere) instead of starting one")
+	registerComparisonFlags(fs, &cfg)
 
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("%w: unexpected argument %q", ErrInvalidConfig, fs.Arg(0))
@@ -212,6 +218,39 @@ func (c Config) validateTransport() error {
 	return checkHTTPBase(c.HTTP)
 }
 
+// registerComparisonFlags adds the flags that compare and explain: the baselines, the
+// rounds, and where the CPU goes.
+func registerComparisonFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.StringVar(&cfg.Baseline, "baseline", "", "echo, echo-process or both (comma separated): afterwards run the same load against a bare NATS responder that answers with a same-size canned reply, in this process (echo) or in a `bench echo` process of its own (echo-process), and print dispenser/echo ratios")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --baseline: cut --duration (or --requests) into this many rounds in which the dispenser and each baseline take turns, so that the host's busy spells hit every phase alike; each round's ratio and their median are reported")
+	fs.IntVar(&cfg.EchoResponders, "echo-responders", 0, "echo subscriptions, each on its own connection (0: as many endpoint instances as $SRV.INFO.<prefix> shows serving the subject, at least 1)")
+	fs.StringVar(&cfg.EchoAt, "echo-at", "", "with --baseline echo-process: the --subject of a `bench echo` already running (started by hand, maybe elsewhere) instead of starting one")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run (with --embedded, the dispenser's too) to this `file`")
+	fs.Func("cpu-pid", "`[label=]pid` of a process (the dispenser's) whose CPU time per request to report with this bench's; repeatable (Linux)", func(v string) error {
+		label, pid, err := parseCPUPID(v)
+		if err == nil {
+			if cfg.CPUPIDs == nil {
+				cfg.CPUPIDs = map[string]int{}
+			}
+			cfg.CPUPIDs[label] = pid
+		}
+		return err
+	})
+}
+
+// parseCPUPID reads --cpu-pid: "dispenser=1234", or "1234" labelled "pid 1234".
+func parseCPUPID(v string) (string, int, error) {
+	label, num, named := strings.Cut(v, "=")
+	if !named {
+		num, label = v, "pid "+v
+	}
+	pid, err := strconv.Atoi(num)
+	if err != nil || pid < 1 || label == "" || label == cpuBench || label == cpuEcho {
+		return "", 0, fmt.Errorf("%q: want [label=]pid with a pid > 0 and a label other than %q and %q", v, cpuBench, cpuEcho)
+	}
+	return label, pid, nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
@@ -257,6 +296,10 @@ func (c Config) Validate() error {
 		return bad("--check-spill %q needs --check", c.CheckSpill)
 	case c.CheckMem < 1:
 		return bad("--check-mem %d must be at least 1", c.CheckMem)
+	case c.Rounds < 1:
+		return bad("--rounds %d must be at least 1", c.Rounds)
+	case c.Rounds > 1 && (c.Baseline == "" || c.Check || (c.Duration == 0 && c.Requests == 0)):
+		return bad("--rounds %d takes turns with a --baseline, over a --duration or --requests, without --check", c.Rounds)
 	case c.EchoResponders < 0:
 		return bad("--echo-responders %d must not be negative", c.EchoResponders)
 	case c.EchoResponders > 0 && c.Baseline == "":

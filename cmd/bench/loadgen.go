@@ -44,6 +44,8 @@ type loadSpec struct {
 	// then dropped.
 	checks    []*checker
 	monotonic bool // count per-client regressions of IDs across replies
+
+	cpuPIDs map[string]int // processes whose CPU per request to measure, by label
 }
 
 // phaseResult is what one phase measured, the workers' parts merged.
@@ -60,7 +62,8 @@ type phaseResult struct {
 	orderViolations int64 // replies with IDs not strictly increasing, warm-up included
 	regressions     int64 // replies whose first ID is not above the client's previous for the tag
 	slowConsumers   int64
-	collectors      [][]*collector // per checker, the workers' IDs for its final merge
+	collectors      [][]*collector     // per checker, the workers' IDs for its final merge
+	cpu             map[string]float64 // µs of CPU per good measured reply, by process
 }
 
 // pending is one request in a worker's window.
@@ -152,7 +155,7 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 			return nil, fmt.Errorf("client %d: NATS server does not answer: %w", i, err)
 		}
 	}
-	drive(workers, spec, progressOut)
+	cpu := drive(workers, spec, progressOut)
 
 	res := newPhaseResult(spec.rate > 0)
 	var lastDone time.Duration
@@ -165,6 +168,7 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 	}
 	res.slowConsumers -= slowBefore
 	res.elapsed = max(lastDone-spec.warmup, 0)
+	res.cpu = cpu.perRequest(res.ok)
 	return res, nil
 }
 
@@ -206,12 +210,13 @@ func (w *worker) subscribe() error {
 }
 
 // drive starts the phase's clock and its workers, shows progress, and returns when every
-// worker has stopped.
-func drive(workers []*worker, spec *loadSpec, progressOut io.Writer) {
+// worker has stopped, with the CPU the watched processes used after the warm-up.
+func drive(workers []*worker, spec *loadSpec, progressOut io.Writer) *cpuWatch {
 	epoch := time.Now()
 	for _, w := range workers {
 		w.epoch = epoch
 	}
+	cpu := startCPUWatch(spec.cpuPIDs, spec.warmup)
 	prog := startProgress(progressOut, spec.label, workers, epoch)
 	var wg sync.WaitGroup
 	for _, w := range workers {
@@ -222,7 +227,9 @@ func drive(workers []*worker, spec *loadSpec, progressOut io.Writer) {
 		}
 	}
 	wg.Wait()
+	cpu.stop()
 	prog.Stop()
+	return cpu
 }
 
 // newPhaseResult makes an empty result; open adds the open loop's sender-lag histogram.

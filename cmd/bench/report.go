@@ -54,6 +54,9 @@ type PhaseReport struct {
 	OrderViolations int64               `json:"order_violations"`        // replies with IDs not strictly increasing, warm-up included
 	SlowConsumer    int64               `json:"slow_consumer_events"`    // replies nats.go dropped in this client
 	Latency         Latency             `json:"latency_us"`              // of the good replies
+	// CPU is the CPU time (user + system) each watched process used per good reply after
+	// the warm-up, in µs: "bench", "echo-process" and the --cpu-pid labels (Linux only).
+	CPU map[string]float64 `json:"cpu_us_per_request,omitempty"`
 	// SendLag (open loop) is how late the bench published requests against its
 	// timetable. It is inside Latency by design; when it is large the bench, not the
 	// server, is the bottleneck: add clients or CPU.
@@ -92,7 +95,11 @@ type BaselineReport struct {
 	PayloadBytes     []int         `json:"payload_bytes"` // per tag
 	Echo             *PhaseReport  `json:"echo,omitempty"`
 	Ratios           []MetricRatio `json:"ratios,omitempty"`
-	Error            string        `json:"error,omitempty"` // why there is no comparison
+	// RoundRatios is each round's dispenser/echo requests/s (--rounds; one entry
+	// without), MedianRoundRatio their median.
+	RoundRatios      []float64 `json:"round_ratios,omitempty"`
+	MedianRoundRatio float64   `json:"median_round_ratio,omitempty"`
+	Error            string    `json:"error,omitempty"` // why there is no comparison
 }
 
 // MetricRatio is one row of the comparison: dispenser/echo. Above 1 the dispenser has
@@ -144,6 +151,7 @@ func phaseReport(r *phaseResult) PhaseReport {
 		Errors: r.errors, LateReplies: r.late, OrderViolations: r.orderViolations,
 		SlowConsumer: r.slowConsumers,
 		Latency:      latency(r.hist),
+		CPU:          r.cpu,
 	}
 	if r.sendLag != nil {
 		l := latency(r.sendLag)
@@ -189,6 +197,9 @@ func ratios(d, e *PhaseReport) []MetricRatio {
 		{Metric: "p99.9 µs", Dispenser: d.Latency.P999, Echo: e.Latency.P999},
 		{Metric: "max µs", Dispenser: d.Latency.Max, Echo: e.Latency.Max},
 	}
+	if cpuTotal(d.CPU) > 0 && cpuTotal(e.CPU) > 0 { // 0: too short for the 10 ms clock
+		rows = append(rows, MetricRatio{Metric: "CPU µs/request", Dispenser: cpuTotal(d.CPU), Echo: cpuTotal(e.CPU)})
+	}
 	for i := range rows {
 		if rows[i].Echo != 0 {
 			r := rows[i].Dispenser / rows[i].Echo
@@ -196,6 +207,15 @@ func ratios(d, e *PhaseReport) []MetricRatio {
 		}
 	}
 	return rows
+}
+
+// cpuTotal is the CPU per request of every watched process together.
+func cpuTotal(cpu map[string]float64) float64 {
+	var sum float64
+	for _, v := range cpu {
+		sum += v
+	}
+	return sum
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -316,6 +336,7 @@ func (r *Report) writeTable(w io.Writer) {
 		t.row("sender lag p99", func(p *PhaseReport) string { return latencyString(p.SendLag.P99) }, "")
 		t.row("sender lag max", func(p *PhaseReport) string { return latencyString(p.SendLag.Max) }, "")
 	}
+	r.writeCPURows(t)
 	t.row("errors", func(p *PhaseReport) string { return errorsString(p.Errors) }, "")
 	if r.Dispenser.LateReplies > 0 || r.Dispenser.SlowConsumer > 0 {
 		t.row("late replies", func(p *PhaseReport) string { return group(p.LateReplies) }, "")
@@ -324,6 +345,29 @@ func (r *Report) writeTable(w io.Writer) {
 	if r.Dispenser.OrderViolations > 0 {
 		t.row("IDS OUT OF ORDER IN A REPLY", func(p *PhaseReport) string { return group(p.OrderViolations) }, "")
 	}
+}
+
+// writeCPURows writes CPU µs per request for each watched process, then their total.
+func (r *Report) writeCPURows(t *phaseTable) {
+	labels := map[string]bool{}
+	for _, p := range t.phases {
+		for label := range p.CPU {
+			labels[label] = true
+		}
+	}
+	if len(labels) == 0 {
+		return
+	}
+	cpu := func(v float64, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%.1fµs", v)
+	}
+	for _, label := range slices.Sorted(maps.Keys(labels)) {
+		t.row("CPU/req "+label, func(p *PhaseReport) string { v, ok := p.CPU[label]; return cpu(v, ok) }, "")
+	}
+	t.row("CPU/req total", func(p *PhaseReport) string { return cpu(cpuTotal(p.CPU), len(p.CPU) > 0) }, "CPU µs/request")
 }
 
 // writeNotes writes what does not fit the table: error samples, the check's findings and
@@ -357,6 +401,13 @@ func (r *Report) writeNotes(w io.Writer) {
 			fmt.Fprintf(w, "\nbaseline echo (%s): not run: %s\n", b.Where, b.Error)
 		default:
 			fmt.Fprintf(w, "\nbaseline echo (%s): %d responders (%s), canned replies of %v bytes\n", b.Where, b.Responders, b.RespondersSource, b.PayloadBytes)
+			if len(b.RoundRatios) > 1 {
+				var rs []string
+				for _, x := range b.RoundRatios {
+					rs = append(rs, fmt.Sprintf("%.2f", x))
+				}
+				fmt.Fprintf(w, "  requests/s ratio per round: %s (median %.2f)\n", strings.Join(rs, " "), b.MedianRoundRatio)
+			}
 		}
 	}
 }

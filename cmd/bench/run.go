@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"os"
 	"strconv"
 	"time"
 
@@ -58,7 +60,15 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		}
 		spec.monotonic = cfg.Kind == wire.Segment
 	}
-	res, err := runLoad(ctx, clients, spec, progressOut, logger)
+	// The baselines are set up first: with --rounds their phases take turns with the
+	// dispenser's.
+	var baselines []*baseline
+	for _, where := range cfg.baselines() {
+		b := setUpBaseline(ctx, cfg, where, subjects, clients, spec, logger)
+		defer b.stop()
+		baselines = append(baselines, b)
+	}
+	res, err := runRounds(ctx, cfg, clients, spec, baselines, progressOut, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -75,19 +85,54 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		}
 		rep.Check = checkReport(found, spec.monotonic, res.regressions)
 	}
-	for _, where := range cfg.baselines() {
-		if ctx.Err() != nil {
-			break
+	for _, b := range baselines {
+		if b.res != nil {
+			e := phaseReport(b.res)
+			b.report.Echo = &e
+			b.report.Ratios = ratios(&rep.Dispenser, &e)
+			b.report.MedianRoundRatio = median(b.report.RoundRatios)
 		}
-		b := runEchoBaseline(ctx, cfg, where, subjects, clients, spec, &rep.Dispenser, progressOut, logger)
-		if where == baselineEchoProcess {
-			rep.BaselineProcess = b
+		if b.where == baselineEchoProcess {
+			rep.BaselineProcess = b.report
 		} else {
-			rep.Baseline = b
+			rep.Baseline = b.report
 		}
 	}
 	rep.Interrupted = ctx.Err() != nil
 	return rep, nil
+}
+
+// runRounds runs the dispenser's phase, then each baseline's, --rounds times over, and
+// returns the dispenser's results summed over the rounds (the baselines keep theirs).
+func runRounds(ctx context.Context, cfg Config, clients []*benchConn, spec *loadSpec, baselines []*baseline, progressOut io.Writer, logger *slog.Logger) (*phaseResult, error) {
+	rounds := max(cfg.Rounds, 1)
+	var total *phaseResult
+	for r := range rounds {
+		if r > 0 && ctx.Err() != nil {
+			break
+		}
+		res, err := runLoad(ctx, clients, spec.round(r, rounds), progressOut, logger)
+		if err != nil {
+			return nil, err
+		}
+		total = total.merge(res)
+		for _, b := range baselines {
+			if b.echo == nil || ctx.Err() != nil {
+				continue
+			}
+			echoRes, err := runLoad(ctx, clients, b.spec.round(r, rounds), progressOut, logger)
+			if err != nil {
+				b.report.Error = err.Error()
+				b.stop()
+				continue
+			}
+			if d, e := res.requestsPerS(), echoRes.requestsPerS(); e > 0 {
+				b.report.RoundRatios = append(b.report.RoundRatios, d/e)
+			}
+			b.res = b.res.merge(echoRes)
+		}
+	}
+	return total, nil
 }
 
 // newLoadSpec turns the configuration into a phase, with subject naming a tag's subject.
@@ -106,6 +151,8 @@ func newLoadSpec(cfg Config, label string, subject func(tag string) string) *loa
 	if s.enc != wire.Text { // text is the default: a plain client sends no header
 		s.header = nats.Header{wire.EncodingHeader: []string{s.enc.String()}}
 	}
+	s.cpuPIDs = map[string]int{cpuBench: os.Getpid()}
+	maps.Copy(s.cpuPIDs, cfg.CPUPIDs)
 	return s
 }
 
@@ -115,51 +162,61 @@ type echoResponders interface {
 	stop()
 }
 
-// runEchoBaseline repeats the dispenser's load against a bare NATS responder, in this
-// process (where is baselineEcho) or in a `bench echo` process (baselineEchoProcess). A
-// baseline that cannot run says why in its report instead of failing the run, whose
-// dispenser numbers stand on their own.
-func runEchoBaseline(ctx context.Context, cfg Config, where string, subjects wire.Subjects, clients []*benchConn, spec *loadSpec, disp *PhaseReport, progressOut io.Writer, logger *slog.Logger) *BaselineReport {
-	b := &BaselineReport{Where: "in-process"}
+// baseline is one echo comparison: its report, its responders (nil once it failed),
+// the load it gets (the dispenser's, on the echo's subjects) and its results so far.
+type baseline struct {
+	where  string // baselineEcho or baselineEchoProcess
+	report *BaselineReport
+	echo   echoResponders
+	spec   *loadSpec
+	res    *phaseResult
+}
+
+// stop stops the responders; the report stays.
+func (b *baseline) stop() {
+	if b.echo != nil {
+		b.echo.stop()
+		b.echo = nil
+	}
+}
+
+// setUpBaseline starts a bare NATS responder, in this process (where is baselineEcho) or
+// in a `bench echo` process (baselineEchoProcess), answering with the dispenser's reply
+// bytes. A baseline that cannot run says why in its report instead of failing the run,
+// whose dispenser numbers stand on their own.
+func setUpBaseline(ctx context.Context, cfg Config, where string, subjects wire.Subjects, clients []*benchConn, spec *loadSpec, logger *slog.Logger) *baseline {
+	b := &baseline{where: where, report: &BaselineReport{Where: "in-process"}}
 	if where == baselineEchoProcess {
-		b.Where = "own process"
+		b.report.Where = "own process"
 	}
 	payloads, err := sampleReplies(clients[0].nc, spec)
 	if err != nil {
-		b.Error = err.Error()
+		b.report.Error = err.Error()
 		return b
 	}
 	for _, p := range payloads {
-		b.PayloadBytes = append(b.PayloadBytes, len(p))
+		b.report.PayloadBytes = append(b.report.PayloadBytes, len(p))
 	}
-	b.Responders, b.RespondersSource = echoResponderCount(cfg, subjects, clients[0].nc, spec.subjects[0], logger)
-	var echo echoResponders
+	b.report.Responders, b.report.RespondersSource = echoResponderCount(cfg, subjects, clients[0].nc, spec.subjects[0], logger)
 	if where == baselineEchoProcess {
-		echo, err = startEchoProcess(ctx, cfg, b.Responders)
+		b.echo, err = startEchoProcess(ctx, cfg, b.report.Responders)
 	} else {
-		echo, err = startEcho(cfg.Conn, newEchoPrefix(), cfg.Tags, payloads, b.Responders, logger)
+		b.echo, err = startEcho(cfg.Conn, newEchoPrefix(), cfg.Tags, payloads, b.report.Responders, logger)
 	}
 	if err != nil {
-		b.Error = err.Error()
+		b.report.Error = err.Error()
 		return b
 	}
-	defer echo.stop()
 	echoSpec := *spec
-	echoSpec.label, echoSpec.checks, echoSpec.monotonic, echoSpec.subjects = "echo", nil, false, nil
-	if where == baselineEchoProcess {
-		echoSpec.label = "echo-process"
-	}
+	echoSpec.label, echoSpec.checks, echoSpec.monotonic, echoSpec.subjects = where, nil, false, nil
 	for _, tag := range cfg.Tags {
-		echoSpec.subjects = append(echoSpec.subjects, echo.subject(tag))
+		echoSpec.subjects = append(echoSpec.subjects, b.echo.subject(tag))
 	}
-	res, err := runLoad(ctx, clients, &echoSpec, progressOut, logger)
-	if err != nil {
-		b.Error = err.Error()
-		return b
+	if p, ok := b.echo.(*echoProcess); ok {
+		echoSpec.cpuPIDs = maps.Clone(spec.cpuPIDs)
+		echoSpec.cpuPIDs[cpuEcho] = p.cmd.Process.Pid
 	}
-	e := phaseReport(res)
-	b.Echo = &e
-	b.Ratios = ratios(disp, &e)
+	b.spec = &echoSpec
 	return b
 }
 
