@@ -99,6 +99,10 @@ type worker struct {
 	msgs  chan *nats.Msg
 	sub   *nats.Subscription
 	gone  chan struct{} // --http: closed when the phase ends, so late answers are dropped
+	// reply is inbox + "." and room for a sequence number: the reply subject of the next
+	// request is written here. Only the goroutine that publishes uses it (the receiver
+	// in the closed loop, the sender in the open loop).
+	reply []byte
 
 	// Owned by the receiving goroutine.
 	base     int64 // sequence number of win[0]
@@ -196,10 +200,12 @@ func newWorker(id int, cl *benchConn, spec *loadSpec, clients int, logger *slog.
 func (w *worker) subscribe() error {
 	if w.cl.web != nil {
 		w.inbox, w.gone = "http", make(chan struct{})
+		w.reply = newReplyBuffer(w.inbox)
 		w.msgs = make(chan *nats.Msg, w.replyBuffer())
 		return nil
 	}
 	w.inbox = w.cl.nc.NewInbox()
+	w.reply = newReplyBuffer(w.inbox)
 	w.msgs = make(chan *nats.Msg, w.replyBuffer())
 	sub, err := w.cl.nc.ChanSubscribe(w.inbox+".*", w.msgs)
 	if err != nil {
@@ -207,6 +213,11 @@ func (w *worker) subscribe() error {
 	}
 	w.sub = sub
 	return nil
+}
+
+// newReplyBuffer is inbox + "." with room for any sequence number (at most 20 digits).
+func newReplyBuffer(inbox string) []byte {
+	return append(append(make([]byte, 0, len(inbox)+21), inbox...), '.')
 }
 
 // drive starts the phase's clock and its workers, shows progress, and returns when every
@@ -427,19 +438,20 @@ func (w *worker) unsubscribe() {
 }
 
 // publish sends request seq for tag: over NATS, or as a GET of the tag's URL (--http,
-// where spec.subjects holds URLs).
+// where spec.subjects holds URLs). A NATS request costs one allocation, the reply
+// subject's string (a plain client allocates one per request as well): the subject is
+// written into a reused buffer, and without a header no nats.Msg is built.
 func (w *worker) publish(seq int64, tag int32) error {
-	reply := w.inbox + "." + strconv.FormatInt(seq, 10)
+	w.reply = strconv.AppendInt(w.reply[:len(w.inbox)+1], seq, 10)
+	reply := string(w.reply)
 	if w.cl.web != nil {
 		w.cl.web.send(w.spec.subjects[tag], reply, w.msgs, w.gone)
 		return nil
 	}
-	return w.cl.nc.PublishMsg(&nats.Msg{
-		Subject: w.spec.subjects[tag],
-		Reply:   reply,
-		Header:  w.spec.header,
-		Data:    w.spec.body,
-	})
+	if w.spec.header == nil {
+		return w.cl.nc.PublishRequest(w.spec.subjects[tag], reply, w.spec.body)
+	}
+	return w.cl.nc.PublishMsg(&nats.Msg{Subject: w.spec.subjects[tag], Reply: reply, Header: w.spec.header, Data: w.spec.body})
 }
 
 // sendFailed stops this client: nats.go buffers publishes while it reconnects, so a
