@@ -37,6 +37,11 @@ func startCPUWatch(pids map[string]int, warmup time.Duration) *cpuWatch {
 		return nil
 	}
 	c := &cpuWatch{pids: pids}
+	if warmup <= 0 {
+		// Sampled now: a timer's goroutine could run only after a short phase ended.
+		c.start = c.sample()
+		return c
+	}
 	c.timer = time.AfterFunc(warmup, func() {
 		s := c.sample()
 		c.mu.Lock()
@@ -61,7 +66,9 @@ func (c *cpuWatch) stop() {
 	if c == nil {
 		return
 	}
-	c.timer.Stop()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	s := c.sample()
 	c.mu.Lock()
 	c.end = s
