@@ -105,6 +105,10 @@ and reports throughput, errors by code and latency percentiles.
   bench --baseline echo,echo-process       compare with the responder in this process and in a
                                            process of its own, as a dispenser is deployed
   bench echo --help                        the responder alone, to start by hand (--echo-at)
+  bench --baseline echo,echo-process --rounds 6 --duration 30s --cpu-pid dispenser=PID
+                                           six turns each, ratios per round, and the CPU per
+                                           request of the dispenser's process, the bench's
+                                           and the echo process's
 
 Closed loop (the default): each of --clients connections keeps --inflight requests
 outstanding and sends the next as soon as one completes. Open loop (--rate): requests are
@@ -180,25 +184,34 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	if set["requests"] && !set["duration"] {
 		cfg.Duration = 0
 	}
-	if cfg.Embedded && set["nats"] {
-		return cfg, fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, cfg.Conn.URLs)
-	}
-	if cfg.HTTP != "" && (set["nats"] || cfg.Embedded) {
-		return cfg, fmt.Errorf("%w: --http %s loads an HTTP server; drop --nats and --embedded", ErrInvalidConfig, cfg.HTTP)
-	}
-	if set["store-delay"] && !cfg.Embedded {
-		return cfg, fmt.Errorf("%w: --store-delay %v slows the store of an --embedded dispenser only", ErrInvalidConfig, cfg.StoreDelay)
-	}
-	if cfg.StoreDelay < 0 {
-		return cfg, fmt.Errorf("%w: --store-delay %v is negative", ErrInvalidConfig, cfg.StoreDelay)
-	}
-	if cfg.Rate > 0 && set["inflight"] {
-		return cfg, fmt.Errorf("%w: --inflight %d applies to the closed loop only, not with --rate %v", ErrInvalidConfig, cfg.Inflight, cfg.Rate)
-	}
-	if set["check-mem"] && cfg.CheckSpill == "" {
-		return cfg, fmt.Errorf("%w: --check-mem %d needs --check-spill", ErrInvalidConfig, cfg.CheckMem)
+	if err := checkFlagsTogether(cfg, set); err != nil {
+		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// checkFlagsTogether refuses flags that contradict each other, or that only mean
+// something beside another; set holds the flags given on the command line.
+func checkFlagsTogether(cfg Config, set map[string]bool) error {
+	if cfg.Embedded && set["nats"] {
+		return fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, cfg.Conn.URLs)
+	}
+	if cfg.HTTP != "" && (set["nats"] || cfg.Embedded) {
+		return fmt.Errorf("%w: --http %s loads an HTTP server; drop --nats and --embedded", ErrInvalidConfig, cfg.HTTP)
+	}
+	if set["store-delay"] && !cfg.Embedded {
+		return fmt.Errorf("%w: --store-delay %v slows the store of an --embedded dispenser only", ErrInvalidConfig, cfg.StoreDelay)
+	}
+	if cfg.StoreDelay < 0 {
+		return fmt.Errorf("%w: --store-delay %v is negative", ErrInvalidConfig, cfg.StoreDelay)
+	}
+	if cfg.Rate > 0 && set["inflight"] {
+		return fmt.Errorf("%w: --inflight %d applies to the closed loop only, not with --rate %v", ErrInvalidConfig, cfg.Inflight, cfg.Rate)
+	}
+	if set["check-mem"] && cfg.CheckSpill == "" {
+		return fmt.Errorf("%w: --check-mem %d needs --check-spill", ErrInvalidConfig, cfg.CheckMem)
+	}
+	return nil
 }
 
 // validateTransport checks the connection flags of the transport that will be loaded:
@@ -221,10 +234,10 @@ func (c Config) validateTransport() error {
 // registerComparisonFlags adds the flags that compare and explain: the baselines, the
 // rounds, and where the CPU goes.
 func registerComparisonFlags(fs *flag.FlagSet, cfg *Config) {
-	fs.StringVar(&cfg.Baseline, "baseline", "", "echo, echo-process or both (comma separated): afterwards run the same load against a bare NATS responder that answers with a same-size canned reply, in this process (echo) or in a `bench echo` process of its own (echo-process), and print dispenser/echo ratios")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "`names`: echo, echo-process or both (comma separated): also run the same load against a bare NATS responder that answers with a same-size canned reply, in this process (echo) or in a 'bench echo' process of its own (echo-process), and print dispenser/echo ratios")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "with --baseline: cut --duration (or --requests) into this many rounds in which the dispenser and each baseline take turns, so that the host's busy spells hit every phase alike; each round's ratio and their median are reported")
 	fs.IntVar(&cfg.EchoResponders, "echo-responders", 0, "echo subscriptions, each on its own connection (0: as many endpoint instances as $SRV.INFO.<prefix> shows serving the subject, at least 1)")
-	fs.StringVar(&cfg.EchoAt, "echo-at", "", "with --baseline echo-process: the --subject of a `bench echo` already running (started by hand, maybe elsewhere) instead of starting one")
+	fs.StringVar(&cfg.EchoAt, "echo-at", "", "with --baseline echo-process: the --subject of a 'bench echo' already running (started by hand, maybe elsewhere) instead of starting one")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a pprof CPU profile of the whole run (with --embedded, the dispenser's too) to this `file`")
 	fs.Func("cpu-pid", "`[label=]pid` of a process (the dispenser's) whose CPU time per request to report with this bench's; repeatable (Linux)", func(v string) error {
 		label, pid, err := parseCPUPID(v)

@@ -25,6 +25,12 @@
 //     a clean ratio leave --check off. --baseline echo-process runs the responder in a
 //     process of its own (`bench echo`, started by bench), as a dispenser is deployed;
 //     the in-process echo shares the bench's runtime with the load clients instead.
+//   - --rounds N cuts the measured part into N rounds in which the dispenser and each
+//     baseline take turns, so a busy spell of a shared host falls on every phase alike;
+//     each round's requests/s ratio and their median are reported beside the totals.
+//   - --cpu-pid [label=]pid adds the CPU time (user + system, Linux /proc, 10 ms clock)
+//     that process used per good reply in each phase, beside the bench's own and an
+//     echo process's: on a busy machine it moves far less than requests/s.
 package main
 
 import (

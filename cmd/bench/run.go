@@ -45,20 +45,9 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		target = func(tag string) string { return leafURL(cfg.HTTP, cfg.Kind, tag, cfg.Batch) }
 	}
 	spec := newLoadSpec(cfg, "dispenser", target)
-	if cfg.Check {
-		spaces := 1
-		if cfg.Kind == wire.Segment {
-			spaces = len(spec.subjects)
-		}
-		for range spaces {
-			chk, err := newChecker(cfg.CheckSpill, max(cfg.CheckMem/spaces, 1), cfg.Clients)
-			if err != nil {
-				return nil, err
-			}
-			defer chk.close()
-			spec.checks = append(spec.checks, chk)
-		}
-		spec.monotonic = cfg.Kind == wire.Segment
+	defer spec.closeChecks()
+	if err := spec.addChecks(cfg); err != nil {
+		return nil, err
 	}
 	// The baselines are set up first: with --rounds their phases take turns with the
 	// dispenser's.
@@ -85,21 +74,56 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 		}
 		rep.Check = checkReport(found, spec.monotonic, res.regressions)
 	}
+	rep.addBaselines(baselines)
+	rep.Interrupted = ctx.Err() != nil
+	return rep, nil
+}
+
+// addChecks gives spec the checkers of --check, one per ID space: one per tag for
+// segment IDs, one for all snowflake IDs. The caller closes them (closeChecks), also
+// after an error.
+func (s *loadSpec) addChecks(cfg Config) error {
+	if !cfg.Check {
+		return nil
+	}
+	spaces := 1
+	if cfg.Kind == wire.Segment {
+		spaces = len(s.subjects)
+	}
+	for range spaces {
+		chk, err := newChecker(cfg.CheckSpill, max(cfg.CheckMem/spaces, 1), cfg.Clients)
+		if err != nil {
+			return err
+		}
+		s.checks = append(s.checks, chk)
+	}
+	s.monotonic = cfg.Kind == wire.Segment
+	return nil
+}
+
+// closeChecks releases the checkers (their spill files).
+func (s *loadSpec) closeChecks() {
+	for _, chk := range s.checks {
+		chk.close()
+	}
+}
+
+// addBaselines puts each baseline's report, with its echo phase and the ratios to the
+// dispenser's, into r.
+func (r *Report) addBaselines(baselines []*baseline) {
 	for _, b := range baselines {
 		if b.res != nil {
 			e := phaseReport(b.res)
 			b.report.Echo = &e
-			b.report.Ratios = ratios(&rep.Dispenser, &e)
+			b.report.Ratios = ratios(&r.Dispenser, &e)
 			b.report.MedianRoundRatio = median(b.report.RoundRatios)
 		}
 		if b.where == baselineEchoProcess {
-			rep.BaselineProcess = b.report
+			r.BaselineProcess = b.report
 		} else {
-			rep.Baseline = b.report
+			r.Baseline = b.report
 		}
 	}
-	rep.Interrupted = ctx.Err() != nil
-	return rep, nil
 }
 
 // runRounds runs the dispenser's phase, then each baseline's, --rounds times over, and
