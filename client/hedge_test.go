@@ -26,8 +26,9 @@ func TestHedgingAroundAHungDispenser(t *testing.T) {
 	alive := ns.Connect(t)
 	next := int64(0)
 	if _, err := alive.QueueSubscribe("leaf.segment.*", "leaf", func(m *nats.Msg) {
-		next++ // one subscription's callbacks run one at a time
-		_ = m.Respond(wire.AppendIDs(nil, []int64{next}, wire.Binary))
+		next++                                                          // one subscription's callbacks run one at a time
+		enc, _ := wire.ParseEncoding(m.Header.Get(wire.EncodingHeader)) // as PROTOCOL.md says
+		_ = m.Respond(wire.AppendIDs(nil, []int64{next}, enc))
 	}); err != nil {
 		t.Fatal(err)
 	}
