@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leafbus/leafbus/internal/backoff"
@@ -66,7 +68,9 @@ const fetchRetryMin = 50 * time.Millisecond
 // does, so that Next is an in-memory operation: one goroutine, owned by the Buffer and
 // stopped by Close, asks a dispenser for a batch whenever fewer than LowWater IDs are
 // left, and the buffer never holds more than Batches*Batch IDs. Next is safe for
-// concurrent use and never returns an ID twice.
+// concurrent use and never returns an ID twice. From a batch already fetched it takes
+// one atomic add and no lock, so it costs a few nanoseconds and goroutines calling it
+// together never wait for each other (they do share the add's cache line).
 //
 // The trade-off, to weigh before using it:
 //   - IDs held by a buffer are lost when the process exits or Close is called: a gap
@@ -78,28 +82,66 @@ const fetchRetryMin = 50 * time.Millisecond
 //   - Errors show late: Next returns the last fetch's error only once the buffer is
 //     empty; until then it serves what it holds.
 type Buffer struct {
-	c    *Client
-	kind wire.Kind
-	tag  string
-	opts BufferOptions
+	kind  wire.Kind
+	tag   string
+	opts  BufferOptions                                // valid, LowWater set
+	fetch func(ctx context.Context, dst []int64) error // fills one batch: the client's Fill
+
+	// cur is the batch Next takes from without a lock. Only holders of mu replace it.
+	cur atomic.Pointer[batch]
 
 	mu      sync.Mutex
-	chunks  [][]int64 // batches in fetch order; chunks[0][pos:] comes next
-	pos     int
-	count   int
+	queue   []*batch      // fetched after cur, in fetch order
+	queued  int           // IDs in queue
 	err     error         // the last fetch's error; nil after a fetch succeeds
 	changed chan struct{} // closed (and replaced) when IDs arrive, a fetch fails or Close
 	closed  bool
 
-	want      chan struct{} // a Next took the count under LowWater
+	want      chan struct{} // a Next took the buffer under LowWater
 	stop      context.CancelFunc
 	done      chan struct{} // closed when the fetcher returned
 	closeOnce sync.Once
 }
 
+// batch is one fetched batch. Next takes index next.Add(1)-1, so every index is taken
+// by exactly one Next; next runs past len(ids) once the batch is spent, and a Next that
+// gets such an index moves on under the lock.
+type batch struct {
+	ids  []int64
+	next atomic.Int64
+	// low is the index whose taking leaves the buffer under its low-water mark: the Next
+	// that takes it wakes the fetcher. It is set under Buffer.mu when the batch becomes
+	// current and whenever a fetch adds to the queue behind it (see setLow).
+	low atomic.Int64
+}
+
+// left is how many IDs the batch still holds.
+func (c *batch) left() int {
+	if n := int64(len(c.ids)) - c.next.Load(); n > 0 {
+		return int(n)
+	}
+	return 0
+}
+
+// spentBatch stands for no batch: every take from it fails. Its counter starts far from
+// both ends, so that no number of Next calls can wrap it.
+func spentBatch() *batch {
+	c := &batch{}
+	c.next.Store(math.MaxInt64 / 2)
+	return c
+}
+
 // Buffer starts a buffer of kind and tag IDs; the first batch is asked for at once.
 // Close it to stop its goroutine.
 func (c *Client) Buffer(kind wire.Kind, tag string, opts BufferOptions) (*Buffer, error) {
+	return newBuffer(kind, tag, opts, func(ctx context.Context, dst []int64) error {
+		return c.Fill(ctx, kind, tag, dst)
+	})
+}
+
+// newBuffer starts a buffer whose batches come from fetch (tests give an instant one,
+// to measure Next rather than the dispenser).
+func newBuffer(kind wire.Kind, tag string, opts BufferOptions, fetch func(context.Context, []int64) error) (*Buffer, error) {
 	if kind != wire.Segment && kind != wire.Snowflake {
 		return nil, fmt.Errorf("buffer kind %d: want wire.Segment or wire.Snowflake", kind)
 	}
@@ -111,13 +153,14 @@ func (c *Client) Buffer(kind wire.Kind, tag string, opts BufferOptions) (*Buffer
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Buffer{
-		c: c, kind: kind, tag: tag, opts: opts,
+		kind: kind, tag: tag, opts: opts, fetch: fetch,
 		changed: make(chan struct{}),
 		want:    make(chan struct{}, 1),
 		stop:    cancel,
 		done:    make(chan struct{}),
 	}
-	go b.fetch(ctx)
+	b.cur.Store(spentBatch())
+	go b.run(ctx)
 	return b, nil
 }
 
@@ -125,35 +168,49 @@ func (c *Client) Buffer(kind wire.Kind, tag string, opts BufferOptions) (*Buffer
 // batch being fetched, until ctx ends; if the last fetch failed it returns that error
 // (a *Error for a dispenser's error reply) at once.
 func (b *Buffer) Next(ctx context.Context) (int64, error) {
+	c := b.cur.Load()
+	if i := c.next.Add(1) - 1; i < int64(len(c.ids)) {
+		if i == c.low.Load() {
+			b.poke()
+		}
+		return c.ids[i], nil
+	}
+	return b.nextSlow(ctx)
+}
+
+// nextSlow is Next once the current batch is spent: it moves on to the next batch
+// fetched, or waits for one.
+func (b *Buffer) nextSlow(ctx context.Context) (int64, error) {
 	for {
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
 			return 0, ErrBufferClosed
 		}
-		if b.count > 0 {
-			id := b.chunks[0][b.pos]
-			b.pos++
-			b.count--
-			if b.pos == len(b.chunks[0]) {
-				b.chunks[0] = nil
-				b.chunks = b.chunks[1:]
-				b.pos = 0
-			}
-			low := b.count < b.opts.LowWater
-			b.mu.Unlock()
-			if low {
-				b.poke()
-			}
-			return id, nil
+		c := b.cur.Load()
+		if c.left() == 0 && len(b.queue) > 0 {
+			c = b.queue[0]
+			b.queue[0] = nil
+			b.queue = b.queue[1:]
+			b.queued -= len(c.ids)
+			b.install(c)
 		}
-		if err := b.err; err != nil {
+		if c.left() > 0 {
 			b.mu.Unlock()
-			b.poke()
+			if i := c.next.Add(1) - 1; i < int64(len(c.ids)) {
+				if i == c.low.Load() {
+					b.poke()
+				}
+				return c.ids[i], nil
+			}
+			continue // others took the rest meanwhile
+		}
+		err, changed := b.err, b.changed
+		b.mu.Unlock()
+		b.poke()
+		if err != nil {
 			return 0, err
 		}
-		changed := b.changed
-		b.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("%s ID of %q from the buffer: %w", b.kind, b.tag, ctx.Err())
@@ -162,11 +219,35 @@ func (b *Buffer) Next(ctx context.Context) (int64, error) {
 	}
 }
 
+// install makes c, fresh from a fetch, the batch Next takes from; b.mu is held.
+func (b *Buffer) install(c *batch) {
+	if b.setLow(c) <= 0 {
+		b.poke() // under the mark already: no index of c will wake the fetcher
+	}
+	b.cur.Store(c)
+}
+
+// setLow sets c's low-water index and returns it. Taking index i leaves len-1-i IDs in
+// c and b.queued behind it: under LowWater from i = len - (LowWater - queued) on. Only
+// the Next that takes exactly that index wakes the fetcher, and that is enough: the
+// fetcher goes idle only when the buffer holds at least LowWater IDs (next <= low), with
+// b.mu held; low changes only under b.mu (a fetch added, or a batch installed, which
+// wakes the fetcher itself when it starts under the mark); and a Next reads low after
+// its add, so it sees any change made before the fetcher last looked. b.mu is held.
+func (b *Buffer) setLow(c *batch) int64 {
+	low := int64(len(c.ids) - (b.opts.LowWater - b.queued))
+	c.low.Store(low)
+	return low
+}
+
+// count is how many IDs the buffer holds; b.mu is held.
+func (b *Buffer) count() int { return b.cur.Load().left() + b.queued }
+
 // Len is how many IDs the buffer holds now.
 func (b *Buffer) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.count
+	return b.count()
 }
 
 // Close stops the background fetch, waits for its goroutine to return and drops the IDs
@@ -178,12 +259,14 @@ func (b *Buffer) Close() {
 		<-b.done
 		b.mu.Lock()
 		b.closed = true
-		b.chunks, b.pos, b.count = nil, 0, 0
+		b.cur.Store(spentBatch())
+		b.queue, b.queued = nil, 0
 		b.broadcast()
 		b.mu.Unlock()
 	})
 }
 
+// poke wakes the fetcher; a wake-up already pending is enough.
 func (b *Buffer) poke() {
 	select {
 	case b.want <- struct{}{}:
@@ -197,14 +280,14 @@ func (b *Buffer) broadcast() {
 	b.changed = make(chan struct{})
 }
 
-// fetch is the buffer's goroutine: it asks for a batch while the buffer is under its
+// run is the buffer's goroutine: it asks for a batch while the buffer is under its
 // low-water mark, backing off after failures, until ctx ends.
-func (b *Buffer) fetch(ctx context.Context) {
+func (b *Buffer) run(ctx context.Context) {
 	defer close(b.done)
 	bo := backoff.New(backoff.Policy{Min: fetchRetryMin, Max: b.opts.RetryMax, Jitter: 0.5})
 	for {
 		b.mu.Lock()
-		need := b.count < b.opts.LowWater
+		need := b.count() < b.opts.LowWater
 		b.mu.Unlock()
 		if !need {
 			select {
@@ -215,7 +298,7 @@ func (b *Buffer) fetch(ctx context.Context) {
 			continue
 		}
 		ids := make([]int64, b.opts.Batch) // handed to the buffer, so never reused
-		err := b.c.Fill(ctx, b.kind, b.tag, ids)
+		err := b.fetch(ctx, ids)
 		if ctx.Err() != nil {
 			return // closing: what was fetched is dropped with the rest
 		}
@@ -223,8 +306,7 @@ func (b *Buffer) fetch(ctx context.Context) {
 		if err != nil {
 			b.err = err
 		} else {
-			b.chunks = append(b.chunks, ids)
-			b.count += len(ids)
+			b.add(&batch{ids: ids})
 			b.err = nil
 		}
 		b.broadcast()
@@ -237,4 +319,16 @@ func (b *Buffer) fetch(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// add puts a fetched batch behind the others, or makes it current when the current one
+// is spent and none waits; b.mu is held.
+func (b *Buffer) add(c *batch) {
+	if b.cur.Load().left() == 0 && len(b.queue) == 0 {
+		b.install(c)
+		return
+	}
+	b.queue = append(b.queue, c)
+	b.queued += len(c.ids)
+	b.setLow(b.cur.Load())
 }

@@ -1,0 +1,361 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leafbus/leafbus/wire"
+)
+
+// countingFetch fills each batch with the next consecutive IDs at once, from 1: a
+// dispenser infinitely fast, so that a benchmark measures Next, not the supply, and a
+// test knows every ID that was fetched.
+func countingFetch() func(context.Context, []int64) error {
+	var next atomic.Int64
+	return func(_ context.Context, dst []int64) error {
+		last := next.Add(int64(len(dst)))
+		for i := range dst {
+			dst[i] = last - int64(len(dst)) + int64(i) + 1
+		}
+		return nil
+	}
+}
+
+func mustNewBuffer(tb testing.TB, opts BufferOptions, fetch func(context.Context, []int64) error) *Buffer {
+	tb.Helper()
+	b, err := newBuffer(wire.Segment, "t", opts, fetch)
+	if err != nil {
+		tb.Fatalf("newBuffer(%+v): %v", opts, err)
+	}
+	tb.Cleanup(b.Close)
+	return b
+}
+
+func testOptions(batch, batches, lowWater int) BufferOptions {
+	o := DefaultBufferOptions()
+	o.Batch, o.Batches, o.LowWater = batch, batches, lowWater
+	return o
+}
+
+// TestBufferRefillsAtLowWater: the fetcher is woken by the Next that takes the buffer
+// under LowWater, wherever that index falls (in the current batch, or at once when a
+// batch becomes current under the mark), not only once the buffer is empty.
+func TestBufferRefillsAtLowWater(t *testing.T) {
+	tests := []struct {
+		name                    string
+		batch, batches, low     int
+		takeBeforeFetch, settle int // the buffer settles at settle IDs; taking takeBeforeFetch more must fetch
+	}{
+		{"OK/InCurrentBatch", 10, 3, 15, 6, 20},
+		{"OK/AtBatchBoundary", 10, 3, 11, 10, 20},
+		{"OK/OneBatch", 10, 1, 1, 10, 10},
+		{"OK/LowWaterAtBound", 10, 3, 21, 10, 30},
+		{"OK/DefaultLowWater", 10, 2, 0, 1, 10}, // LowWater = Batch: one batch held, the first Next fetches
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fetches := make(chan struct{}, 100)
+			count := countingFetch()
+			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), func(ctx context.Context, dst []int64) error {
+				fetches <- struct{}{}
+				return count(ctx, dst)
+			})
+			waitFor(t, func() bool { return b.Len() == tt.settle }, "the buffer to settle")
+			drain(fetches)
+			ctx := context.Background()
+			for i := range tt.takeBeforeFetch {
+				if _, err := b.Next(ctx); err != nil {
+					t.Fatalf("Next %d: %v", i, err)
+				}
+				if i < tt.takeBeforeFetch-1 && len(fetches) > 0 {
+					t.Fatalf("fetched after %d Next calls, with %d IDs left of LowWater %d", i+1, b.Len(), tt.low)
+				}
+			}
+			select {
+			case <-fetches:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no fetch within 5s of the buffer going under LowWater %d (it holds %d)", tt.low, b.Len())
+			}
+		})
+	}
+}
+
+// TestBufferConcurrentRefills: many goroutines drain a small buffer far faster than a
+// batch lasts, through every batch change. No ID is handed out twice and none is lost
+// (the IDs taken are exactly 1..N, as fetched), each goroutine sees its IDs increase,
+// and the buffer never holds more than its bound. Run it with -race.
+func TestBufferConcurrentRefills(t *testing.T) {
+	for _, tt := range []struct {
+		name                string
+		batch, batches, low int
+	}{
+		{"OK/LowWaterInsideBatch", 100, 3, 150},
+		{"OK/OneBatch", 7, 1, 1},
+		{"OK/ManySmallBatches", 3, 50, 120},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), countingFetch())
+			const goroutines, each = 16, 20000
+			got := drainConcurrently(t, b, goroutines, each, tt.batch*tt.batches)
+			seen := make([]bool, goroutines*each+1)
+			for _, ids := range got {
+				for _, id := range ids {
+					if id < 1 || id > goroutines*each {
+						t.Fatalf("ID %d: outside 1..%d, so another was skipped", id, goroutines*each)
+					}
+					if seen[id] {
+						t.Fatalf("ID %d handed out twice", id)
+					}
+					seen[id] = true
+				}
+			}
+		})
+	}
+}
+
+// drainConcurrently takes each IDs from b on each of goroutines goroutines while
+// another checks that b never holds more than bound, and returns every goroutine's IDs.
+func drainConcurrently(t *testing.T, b *Buffer, goroutines, each, bound int) [][]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got := make([][]int64, goroutines)
+	errs := make(chan error, goroutines+1)
+	stop := make(chan struct{})
+	var checker sync.WaitGroup
+	checker.Go(func() {
+		for {
+			if n := b.Len(); n > bound {
+				errs <- fmt.Errorf("buffer holds %d IDs, above its bound %d", n, bound)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Microsecond):
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			ids := make([]int64, 0, each)
+			for range each {
+				id, err := b.Next(ctx)
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d: Next: %w", g, err)
+					return
+				}
+				if n := len(ids); n > 0 && id <= ids[n-1] {
+					errs <- fmt.Errorf("goroutine %d: %d after %d", g, id, ids[n-1])
+					return
+				}
+				ids = append(ids, id)
+			}
+			got[g] = ids
+		})
+	}
+	wg.Wait()
+	close(stop)
+	checker.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestBufferCloseWhileTaking: Close while goroutines take IDs: each Next returns an ID
+// or ErrBufferClosed, never the same ID twice, and none hangs.
+func TestBufferCloseWhileTaking(t *testing.T) {
+	b := mustNewBuffer(t, testOptions(50, 2, 0), countingFetch())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	started := make(chan struct{}, 8)
+	for range 8 {
+		wg.Go(func() {
+			started <- struct{}{}
+			for {
+				id, err := b.Next(ctx)
+				if err == ErrBufferClosed {
+					return
+				}
+				if err != nil {
+					t.Errorf("Next: %v, want an ID or ErrBufferClosed", err)
+					return
+				}
+				mu.Lock()
+				dup := seen[id]
+				seen[id] = true
+				mu.Unlock()
+				if dup {
+					t.Errorf("ID %d handed out twice", id)
+					return
+				}
+			}
+		})
+	}
+	for range 8 {
+		<-started
+	}
+	b.Close()
+	wg.Wait()
+}
+
+// lockedBuffer is the Buffer of 8414e1b, kept to benchmark against in the same run:
+// every Next takes a mutex, and the refill works as the Buffer's does.
+type lockedBuffer struct {
+	opts  BufferOptions
+	fetch func(context.Context, []int64) error
+
+	mu     sync.Mutex
+	chunks [][]int64
+	pos    int
+	count  int
+	want   chan struct{}
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+func newLockedBuffer(opts BufferOptions, fetch func(context.Context, []int64) error) *lockedBuffer {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &lockedBuffer{opts: opts, fetch: fetch, want: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
+	go b.run(ctx)
+	return b
+}
+
+// Next as 8414e1b had it, for a buffer that is never empty (the benchmark waits for
+// the first batch, and the instant fetch keeps up).
+func (b *lockedBuffer) Next(context.Context) (int64, error) {
+	for {
+		b.mu.Lock()
+		if b.count > 0 {
+			id := b.chunks[0][b.pos]
+			b.pos++
+			b.count--
+			if b.pos == len(b.chunks[0]) {
+				b.chunks[0] = nil
+				b.chunks = b.chunks[1:]
+				b.pos = 0
+			}
+			low := b.count < b.opts.LowWater
+			b.mu.Unlock()
+			if low {
+				select {
+				case b.want <- struct{}{}:
+				default:
+				}
+			}
+			return id, nil
+		}
+		b.mu.Unlock()
+		time.Sleep(time.Microsecond) // never in the benchmark's steady state
+	}
+}
+
+func (b *lockedBuffer) run(ctx context.Context) {
+	defer close(b.done)
+	for {
+		b.mu.Lock()
+		need := b.count < b.opts.LowWater
+		b.mu.Unlock()
+		if !need {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.want:
+			}
+			continue
+		}
+		ids := make([]int64, b.opts.Batch)
+		if b.fetch(ctx, ids) != nil {
+			return
+		}
+		b.mu.Lock()
+		b.chunks = append(b.chunks, ids)
+		b.count += len(ids)
+		b.mu.Unlock()
+	}
+}
+
+func (b *lockedBuffer) Close() {
+	b.stop()
+	<-b.done
+}
+
+// BenchmarkBufferNextMemory is Next with the buffer's goroutine refilling it in the
+// background (batches of 1000, at most 4 held, a fetch below 2000) from an instant
+// source: the cost of Next itself, on one goroutine and, with -cpu 2, on two at once,
+// for the Buffer of 8414e1b (locked) and this one (lock-free) in one run. The kind does
+// not matter here: IDs are numbers in memory. BenchmarkBufferNext measures the same
+// against a real dispenser, where the supply (one round trip per batch) can be the limit.
+func BenchmarkBufferNextMemory(b *testing.B) {
+	opts := testOptions(1000, 4, 2000)
+	for _, impl := range []string{"locked", "lock-free"} {
+		b.Run(impl, func(b *testing.B) {
+			var next func(context.Context) (int64, error)
+			if impl == "locked" {
+				buf := newLockedBuffer(opts, countingFetch())
+				defer buf.Close()
+				next = buf.Next
+			} else {
+				buf := mustNewBuffer(b, opts, countingFetch())
+				next = buf.Next
+			}
+			ctx := context.Background()
+			if _, err := next(ctx); err != nil { // the first batch is in
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := processCPU()
+			b.RunParallel(func(pb *testing.PB) {
+				last := int64(0)
+				for pb.Next() {
+					id, err := next(ctx)
+					if err != nil || id <= last {
+						b.Errorf("Next = %d, %v after %d", id, err, last)
+						return
+					}
+					last = id
+				}
+			})
+			reportRates(b, processCPU()-cpu)
+		})
+	}
+}
+
+// reportRates adds millions of IDs per second and, where the platform says, the CPU
+// time of the whole process (every goroutine, the refills and the garbage collector
+// included) per ID: on a machine whose cores are shared, the figure that does not
+// depend on how much of them the benchmark got.
+func reportRates(b *testing.B, cpu time.Duration) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "M-IDs/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func waitFor(tb testing.TB, ok func() bool, what string) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited 5s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func drain(ch chan struct{}) {
+	for len(ch) > 0 {
+		<-ch
+	}
+}
