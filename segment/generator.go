@@ -502,27 +502,11 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 // loadOnce takes one segment for b from the store, checks it against the tag's mark
 // (recording the new mark durably) and installs it.
 func (g *Generator) loadOnce(ctx context.Context, b *buffer, step int64) error {
-	if g.isBehind(b.name) {
-		if err := g.recheckStore(ctx, b.name); err != nil {
-			return err
-		}
-	}
-	t, err := g.cfg.Store.Take(ctx, b.name, step)
+	seg, used, stored, err := g.takeChecked(ctx, b.name, step)
 	if err != nil {
 		return err
 	}
-	used := step
-	if used == 0 {
-		used = t.Step
-	}
-	if used < 1 || used > MaxStoredStep {
-		return fmt.Errorf("segment: tag %q: store granted a segment of step %d", b.name, used)
-	}
-	seg := newSegment(t.MaxID, used)
-	if err := g.guard(b.name, t.Name, seg); err != nil {
-		return err
-	}
-	g.install(b, seg, used, t.Step)
+	g.install(b, seg, used, stored)
 	return nil
 }
 
