@@ -4,7 +4,8 @@ package wire
 // "Decoding a snowflake ID").
 
 // TagInfo is a tag as the admin subjects show it. MaxID is also given as a string
-// because JSON readers that use doubles lose precision above 2^53.
+// because JSON readers that use doubles lose precision above 2^53. Monotonic says the
+// tag is served with the stronger ordering promise (PROTOCOL.md "Monotonic tags").
 type TagInfo struct {
 	Tag         string `json:"tag"`
 	MaxID       int64  `json:"max_id"`
@@ -12,19 +13,21 @@ type TagInfo struct {
 	Step        int64  `json:"step"`
 	Description string `json:"description"`
 	UpdateTime  string `json:"update_time"`
+	Monotonic   bool   `json:"monotonic"`
 }
 
 // AddTagRequest is the body of <prefix>.admin.tags.add. Step is required; MaxID
-// defaults to 1.
+// defaults to 1, Monotonic to false.
 type AddTagRequest struct {
 	Tag         string  `json:"tag"`
 	Step        *int64  `json:"step,omitempty"`
 	MaxID       *int64  `json:"max_id,omitempty"`
 	Description *string `json:"description,omitempty"`
+	Monotonic   *bool   `json:"monotonic,omitempty"`
 }
 
 // UpdateTagRequest is the body of <prefix>.admin.tags.update: the tag and at least one
-// of step, description and max_id. MaxID only ever raises a tag: it is how an operator
+// of step, description, max_id and monotonic. MaxID only ever raises a tag: it is how an operator
 // repairs a tag whose store went backwards (a restored backup, a lost bucket) to above
 // every dispenser's high-water mark.
 type UpdateTagRequest struct {
@@ -32,6 +35,7 @@ type UpdateTagRequest struct {
 	Step        *int64  `json:"step,omitempty"`
 	Description *string `json:"description,omitempty"`
 	MaxID       *int64  `json:"max_id,omitempty"`
+	Monotonic   *bool   `json:"monotonic,omitempty"`
 }
 
 // DecodedID is the reply of <prefix>.decode.snowflake. Timestamp is Unix milliseconds
