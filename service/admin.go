@@ -102,12 +102,19 @@ func (s *Service) addTag(ctx context.Context, body []byte) (any, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
+	if r.Monotonic != nil && *r.Monotonic && s.cfg.Monotonic == nil {
+		return nil, errMonotonicOff
+	}
 	added, err := s.cfg.Tags.AddTag(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("add tag %q: %w", r.Tag, err)
 	}
 	s.logger.Info("tag added", "tag", added.Name, "step", added.Step, "max_id", added.MaxID)
-	return tagInfo(added), nil
+	info := tagInfo(added)
+	if err := s.markAdded(ctx, &info, r.Monotonic); err != nil {
+		return nil, err
+	}
+	return info, nil
 }
 
 func (s *Service) listTags(ctx context.Context, _ []byte) (any, error) {
@@ -115,9 +122,15 @@ func (s *Service) listTags(ctx context.Context, _ []byte) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list tags: %w", err)
 	}
+	marks, err := s.monotonicMarks(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]wire.TagInfo, 0, len(tags))
 	for _, t := range tags {
-		out = append(out, tagInfo(t))
+		info := tagInfo(t)
+		info.Monotonic = marks[t.Name]
+		out = append(out, info)
 	}
 	return out, nil
 }
@@ -130,8 +143,14 @@ func (s *Service) updateTag(ctx context.Context, body []byte) (any, error) {
 	if err := segment.CheckTagName(r.Tag); err != nil {
 		return nil, err
 	}
+	if r.Step == nil && r.Description == nil && r.MaxID == nil && r.Monotonic == nil {
+		return nil, wire.BadRequest("nothing to update for tag %q: give step, description, max_id and/or monotonic", r.Tag)
+	}
+	if r.Monotonic != nil && s.cfg.Monotonic == nil {
+		return nil, errMonotonicOff
+	}
 	if r.Step == nil && r.Description == nil && r.MaxID == nil {
-		return nil, wire.BadRequest("nothing to update for tag %q: give step, description and/or max_id", r.Tag)
+		return s.updateMark(ctx, r.Tag, r.Monotonic)
 	}
 	u := segment.TagUpdate{Name: r.Tag, Step: r.Step, Description: r.Description, MaxID: r.MaxID}
 	if err := u.Validate(); err != nil {
@@ -145,5 +164,9 @@ func (s *Service) updateTag(ctx context.Context, body []byte) (any, error) {
 		s.logger.Warn("tag max_id raised by an operator", "tag", updated.Name, "max_id", updated.MaxID)
 	}
 	s.logger.Info("tag updated", "tag", updated.Name, "step", updated.Step)
-	return tagInfo(updated), nil
+	info := tagInfo(updated)
+	if err := s.markUpdated(ctx, &info, r.Monotonic); err != nil {
+		return nil, err
+	}
+	return info, nil
 }

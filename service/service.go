@@ -81,6 +81,9 @@ type Config struct {
 	Layout     snowflake.Layout // decodes snowflake IDs
 	Tags       TagAdmin
 	Batches    Batches
+	// Monotonic serves the tags marked monotonic (never from Batches or Segments) and
+	// keeps the marks; nil: no tag is monotonic, and setting the mark is refused.
+	Monotonic Monotonic
 
 	// WaitMax bounds how long a request waits for a segment that is being loaded or a
 	// tag being looked up; MaxWaiting bounds how many requests may wait at once (beyond
@@ -374,6 +377,11 @@ func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix stri
 	enc, err := wire.ParseEncoding(req.Headers().Get(wire.EncodingHeader))
 	if err != nil {
 		return 0, err
+	}
+	if kind == wire.Segment && s.cfg.Monotonic != nil { // service/monotonic.go
+		if mine, answered, err := s.serveMonotonic(req, tag, n, enc, start); mine {
+			return answered, err
+		}
 	}
 	if s.cfg.Batches != nil {
 		if reply, ok := s.cfg.Batches.Take(kind, tag, n, enc); ok {
