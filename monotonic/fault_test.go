@@ -1,0 +1,222 @@
+package monotonic
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// faultRun runs load on the tag "ordered" of three dispensers behind proxies, applies
+// fault to the leader after a second, and keeps the load going for after. It checks
+// the promise over everything the clients got and returns the recorder and when (on
+// its clock) the fault happened.
+func faultRun(t *testing.T, e *env, fault func(nodes []*node, leader *node), after time.Duration) (*recorder, time.Duration, []*node, *node) {
+	t.Helper()
+	nodes, leader, clients := start3(e, true, 50)
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := rec.load(ctx, clients, wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "ordered"), 12, 5)
+	time.Sleep(time.Second)
+	at := rec.since()
+	fault(nodes, leader)
+	time.Sleep(after)
+	cancel()
+	wait()
+	t.Log(rec.summary())
+	rec.check(t)
+	return rec, at, nodes, leader
+}
+
+// TestLeaderKilled: the leader's connections are cut at once, as by kill -9, without
+// releasing its lease. Another dispenser leads within 2 x TTL and the promise holds
+// throughout.
+func TestLeaderKilled(t *testing.T) {
+	e := newEnv(t)
+	rec, at, nodes, leader := faultRun(t, e, func(_ []*node, leader *node) { leader.kill() }, 3*e.ttl)
+	answered, ok := rec.answeredAfter(at)
+	if !ok {
+		t.Fatalf("no answer after the leader was killed: %s", rec.summary())
+	}
+	failover := answered - at
+	t.Logf("failover after kill: %v (lease TTL %v, %.2f x TTL)", failover, e.ttl, failover.Seconds()/e.ttl.Seconds())
+	if failover > 2*e.ttl {
+		t.Errorf("failover took %v, want at most 2 x TTL = %v", failover, 2*e.ttl)
+	}
+	var others []*node
+	for _, n := range nodes {
+		if n != leader {
+			others = append(others, n)
+		}
+	}
+	leaderOf(t, "ordered", time.Second, others...)
+}
+
+// TestLeaderPaused: every byte to and from the leader is held for 1.5 x TTL, as when
+// its process is stopped (SIGSTOP) past its lease, then let through (SIGCONT): the
+// requests it held arrive late and the answers it had sent leave late. Another
+// dispenser leads meanwhile; the old leader serves nothing from its old term after its
+// lease ran out, and the promise holds throughout.
+func TestLeaderPaused(t *testing.T) {
+	e := newEnv(t)
+	var oldTerm *term
+	rec, at, _, leader := faultRun(t, e, func(_ []*node, leader *node) {
+		oldTerm = leader.term("ordered")
+		leader.proxy.Pause()
+		time.Sleep(3 * e.ttl / 2)
+		leader.proxy.Resume()
+	}, 2*e.ttl)
+	served := oldTerm.served.Load()
+	if oldTerm.serving(leader.mgr.now()) || leader.term("ordered") == oldTerm {
+		t.Fatal("the paused leader still serves from its old term")
+	}
+	if answered, ok := rec.answeredAfter(at); ok {
+		t.Logf("answers again %v after the pause began (lease TTL %v)", answered-at, e.ttl)
+	} else {
+		t.Fatalf("no answer after the pause: %s", rec.summary())
+	}
+	time.Sleep(100 * time.Millisecond)
+	if oldTerm.served.Load() != served {
+		t.Fatal("the old term served after it ended")
+	}
+}
+
+// term returns n's current term of tag, or nil.
+func (n *node) term(tag string) *term {
+	if ts := (*n.mgr.states.Load())[tag]; ts != nil {
+		return ts.term.Load()
+	}
+	return nil
+}
+
+// TestGracefulHandover: a leader that stops releases its lease after it stopped
+// serving, and another dispenser leads at once, without waiting out a lease.
+func TestGracefulHandover(t *testing.T) {
+	e := newEnv(t)
+	rec, at, _, _ := faultRun(t, e, func(_ []*node, leader *node) { leader.stop() }, e.ttl)
+	answered, ok := rec.answeredAfter(at)
+	if !ok {
+		t.Fatalf("no answer after the leader stopped: %s", rec.summary())
+	}
+	t.Logf("handover after a graceful stop: %v (lease TTL %v)", answered-at, e.ttl)
+	if answered-at > e.ttl/2 {
+		t.Errorf("handover took %v, want well under the TTL/2 wait of a lease taken without a release", answered-at)
+	}
+}
+
+// shiftClock is the system clock plus an offset a test moves forward.
+type shiftClock struct{ offset atomic.Int64 }
+
+func (c *shiftClock) now() time.Time       { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *shiftClock) skip(d time.Duration) { c.offset.Add(int64(d)) }
+
+// TestPausedLeaderNeedsNewLease: the leader's clock jumps past its lease at once, as it
+// does for a process resumed after a pause, before its renewal loop has run: the very
+// next request gets nothing from the old term, and IDs come again only from a new
+// lease, with a fresh segment above everything the store had granted.
+func TestPausedLeaderNeedsNewLease(t *testing.T) {
+	e := newEnv(t)
+	clock := &shiftClock{}
+	leader := e.startNode("d1", false, func(c *Config) { c.Now = clock.now })
+	nc := e.connect(e.urls, "client")
+	addMonotonic(t, nc, e.prefix, "ordered", 10)
+	leaderOf(t, "ordered", 3*e.ttl, leader)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := make([]int64, 3)
+	if err := leader.mgr.Fill(ctx, "ordered", before); err != nil {
+		t.Fatal(err)
+	}
+	old := leader.term("ordered")
+	served := old.served.Load()
+	infoBefore, err := admin(t, nc, e.prefix, "update", wire.UpdateTagRequest{Tag: "ordered", Monotonic: ptr(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	clock.skip(e.ttl)
+	if ok, err := leader.mgr.TryFill("ordered", make([]int64, 1)); ok || err != nil {
+		t.Fatalf("TryFill right after the pause = %v, %v; want false", ok, err)
+	}
+	after := make([]int64, 3)
+	testutil.Eventually(t, 3*e.ttl, "IDs from a new lease", func() bool {
+		return leader.mgr.Fill(ctx, "ordered", after) == nil
+	})
+	if old.served.Load() != served {
+		t.Fatalf("the old term served %d more requests after its lease ran out", old.served.Load()-served)
+	}
+	if leader.term("ordered") == old || leader.mgr.Stats().Tags[0].Terms < 2 {
+		t.Fatalf("IDs %v came without a new lease", after)
+	}
+	if after[0] < infoBefore.MaxID {
+		t.Fatalf("first ID of the new lease %d is below the store's max_id %d before the pause: not a fresh segment", after[0], infoBefore.MaxID)
+	}
+	t.Logf("before the pause %v, after %v (store max_id before %d)", before, after, infoBefore.MaxID)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// blockingKV is a KV bucket whose writes fail while blocked, as when a leader cannot
+// reach JetStream while everything else about it works.
+type blockingKV struct {
+	jetstream.KeyValue
+	blocked atomic.Bool
+}
+
+var errBlocked = errors.New("test: KV writes blocked")
+
+func (b *blockingKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if b.blocked.Load() {
+		return 0, errBlocked
+	}
+	return b.KeyValue.Update(ctx, key, value, rev)
+}
+
+func (b *blockingKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if b.blocked.Load() {
+		return 0, errBlocked
+	}
+	return b.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// TestRenewalsBlocked: the leader's lease writes fail while it keeps receiving and
+// forwarding requests. It must stop serving at half the TTL, before anyone may take
+// the lease over (a whole TTL of silence); the promise holds throughout, and after
+// the writes work again it follows the new leader.
+func TestRenewalsBlocked(t *testing.T) {
+	e := newEnv(t)
+	kvs := map[string]*blockingKV{}
+	e.wrapLeaders = func(node string, kv jetstream.KeyValue) jetstream.KeyValue {
+		kvs[node] = &blockingKV{KeyValue: kv}
+		return kvs[node]
+	}
+	_, leader, clients := start3(e, false, 50)
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := rec.load(ctx, clients, wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "ordered"), 12, 5)
+	time.Sleep(time.Second)
+	old := leader.term("ordered")
+	at := rec.since()
+	kvs[leader.name].blocked.Store(true)
+	time.Sleep(2 * e.ttl)
+	kvs[leader.name].blocked.Store(false)
+	time.Sleep(e.ttl)
+	cancel()
+	wait()
+	t.Log(rec.summary())
+	rec.check(t)
+	if old.serving(leader.mgr.now()) {
+		t.Fatal("the leader whose renewals failed still serves its term")
+	}
+	answered, ok := rec.answeredAfter(at + e.ttl/2)
+	if !ok {
+		t.Fatalf("no answer after the leader's renewals failed: %s", rec.summary())
+	}
+	t.Logf("answers again %v after the renewals began to fail (lease TTL %v)", answered-at, e.ttl)
+}

@@ -1,0 +1,258 @@
+package monotonic
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// Manager serves the monotonic tags of one dispenser: it watches the marks, competes
+// for the lease of every marked tag, serves the tags it leads from one in-order
+// sequence each, and forwards the requests of the others to their leaders. Create it
+// with New; it serves once Run has loaded the marks and leases (Ready).
+type Manager struct {
+	cfg      Config
+	log      *slog.Logger
+	nc       *nats.Conn
+	opts     jetstream.KeyValue // <prefix>_tagopts
+	leaders  jetstream.KeyValue // <prefix>_leaders
+	subjects wire.Subjects
+	instance string
+	clock    func() time.Time
+	base     time.Time
+
+	marks   atomic.Pointer[markSet]
+	states  atomic.Pointer[map[string]*tagState] // copy of tags, for the request path
+	ready   chan struct{}
+	isReady atomic.Bool
+	refused atomic.Uint64 // forwarded requests whose reply subject was refused
+
+	mu       sync.Mutex
+	tags     map[string]*tagState     // tags with a campaign
+	holders  map[string]*holder       // the last lease record seen per key
+	ended    map[string]chan struct{} // per tag, closed when its last campaign returned
+	runCtx   context.Context
+	stopping bool
+	wg       sync.WaitGroup
+}
+
+// tagState is one marked tag on this dispenser: the lease as last seen, this
+// dispenser's term when it leads, and its forwarder when it does not.
+type tagState struct {
+	name   string
+	holder atomic.Pointer[holder]
+	term   atomic.Pointer[term]
+	poke   chan struct{} // one token: the lease record changed
+	fwd    forwarder
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the campaign returned
+	// settleUntil is when the tag's mark, set while this dispenser watched, has surely
+	// reached every dispenser: no term serves before it.
+	settleUntil time.Duration
+
+	acquireFailures int // the campaign's: failed attempts in a row, to log once per streak
+
+	terms, forwarded, forwardErrors, forwardMessages atomic.Uint64
+}
+
+// New validates cfg and opens (creating when missing) the two buckets. It fails when
+// <prefix>_leaders exists for another lease TTL than cfg.LeaseTTL: every dispenser of
+// a deployment must use the same. Nothing runs until Run.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if need := int64(cfg.MaxForward) * 8; need > cfg.Conn.MaxPayload() {
+		return nil, fmt.Errorf("monotonic: config: MaxForward %d IDs need %d bytes, but the NATS server's max_payload is %d", cfg.MaxForward, need, cfg.Conn.MaxPayload())
+	}
+	m := &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		nc:       cfg.Conn,
+		subjects: wire.Subjects{Prefix: cfg.Prefix},
+		instance: rand.Text(),
+		clock:    cfg.Now,
+		ready:    make(chan struct{}),
+		tags:     make(map[string]*tagState),
+		holders:  make(map[string]*holder),
+		ended:    make(map[string]chan struct{}),
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.clock == nil {
+		m.clock = time.Now
+	}
+	m.base = m.clock()
+	m.marks.Store(&markSet{})
+	m.states.Store(&map[string]*tagState{})
+	var err error
+	m.opts, err = openBucket(ctx, cfg.JetStream, jetstream.KeyValueConfig{
+		Bucket:      m.subjects.Bucket("tagopts"),
+		Description: "leafbus: segment tag options leaf_alloc has no column for (monotonic), by tag",
+		History:     5,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.leaders, err = openBucket(ctx, cfg.JetStream, jetstream.KeyValueConfig{
+		Bucket:      m.subjects.Bucket("leaders"),
+		Description: "leafbus: leases of the leaders of monotonic tags, by tag; records live twice the lease TTL",
+		TTL:         recordTTL(cfg.LeaseTTL),
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := m.leaders.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("monotonic: read status of KV bucket %s: %w", m.leaders.Bucket(), err)
+	}
+	if st.TTL() != recordTTL(cfg.LeaseTTL) {
+		return nil, fmt.Errorf("monotonic: KV bucket %s keeps lease records for %v, twice a monotonic lease TTL of %v, but this dispenser is configured with %v: every dispenser must use the same (to change it, stop them all and delete the bucket)",
+			m.leaders.Bucket(), st.TTL(), st.TTL()/2, cfg.LeaseTTL)
+	}
+	return m, nil
+}
+
+// recordTTL is the TTL of the <prefix>_leaders bucket: twice the lease TTL, so that a
+// record nobody renews is still there when the others may take it over (after a TTL
+// of silence) by a compare-and-set on its revision. Expiry only collects what nobody
+// took; safety never depends on when, or whether, the server expires a record.
+func recordTTL(lease time.Duration) time.Duration { return 2 * lease }
+
+// openBucket opens a KV bucket, creating it when missing. A NATS cluster that is still
+// electing its JetStream leader refuses for a moment, so a failure is retried a few
+// times within ctx.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	bo := backoff.New(backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second, Jitter: 0.5})
+	for {
+		kv, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+		if err == nil {
+			return kv, nil
+		}
+		if bo.Failures() >= 8 || !bo.Wait(ctx) {
+			return nil, fmt.Errorf("monotonic: open KV bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+}
+
+// now is the time on the Manager's clock since New; with time.Now it is monotonic.
+func (m *Manager) now() time.Duration { return m.clock().Sub(m.base) }
+
+// Ready is closed once Run has loaded the marks and the leases; before, every segment
+// request is answered 503 (a tag's mark is not known yet).
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// errNotReady is the answer before Ready and after Run.
+var errNotReady = fmt.Errorf("%w: monotonic: the monotonic tag marks are not loaded", wire.ErrUnavailable)
+
+// IsMonotonic reports whether tag is marked monotonic. It costs a map lookup and never
+// waits; it fails with a 503 until the marks are loaded, and with a 400 for a name that
+// differs only in case from a marked tag.
+func (m *Manager) IsMonotonic(tag string) (bool, error) {
+	if !m.isReady.Load() {
+		return false, errNotReady
+	}
+	return m.marks.Load().lookup(tag)
+}
+
+// TryFill fills dst with the next IDs of tag when this dispenser leads it and has them
+// in memory, without waiting; ok=false means Fill must be called (from a goroutine that
+// may wait), and dst holds nothing then.
+func (m *Manager) TryFill(tag string, dst []int64) (ok bool, err error) {
+	ts := (*m.states.Load())[tag]
+	if ts == nil {
+		return false, nil
+	}
+	t := ts.term.Load()
+	if t == nil || !t.serving(m.now()) {
+		return false, nil
+	}
+	n, _, err := t.seq.take(dst, true)
+	if err != nil || n < len(dst) {
+		return false, nil
+	}
+	t.served.Add(1)
+	return true, nil
+}
+
+// Fill fills dst with the next IDs of a monotonic tag: from this dispenser's sequence
+// when it leads the tag, else from the leader, through a forwarded request. It answers
+// a 503 when no leader is known, when this dispenser just took the lease and must wait
+// out the previous one, and when the leader does not answer within ctx or
+// ForwardTimeout. The IDs are strictly increasing and above every ID of the tag in any
+// reply received before the request was sent.
+func (m *Manager) Fill(ctx context.Context, tag string, dst []int64) error {
+	ts := (*m.states.Load())[tag]
+	if ts == nil {
+		return fmt.Errorf("%w: monotonic: tag %q has no leader yet", wire.ErrUnavailable, tag)
+	}
+	if t := ts.term.Load(); t != nil {
+		now := m.now()
+		if t.serving(now) {
+			ctx, cancel := context.WithTimeout(ctx, m.cfg.WaitMax)
+			defer cancel()
+			return m.fillTerm(ctx, ts, t, dst)
+		}
+		if now < t.startsAt() {
+			return fmt.Errorf("%w: monotonic: this dispenser took the lease of tag %q and serves it in %v, once the previous leader's lease is surely over",
+				wire.ErrUnavailable, tag, (t.startsAt() - now).Round(time.Millisecond))
+		}
+	}
+	return m.forward(ctx, ts, dst)
+}
+
+// FillAsync is Fill for a caller that must not wait (the service's delivery
+// goroutine): it calls done exactly once, at once or on another goroutine, after
+// filling dst, which it owns until then. A forwarded request holds no goroutine of its
+// own: one forwarded message answers all the requests it carried. done is called
+// within about ForwardTimeout (twice that when the leader changed meanwhile) or
+// WaitMax.
+func (m *Manager) FillAsync(tag string, dst []int64, done func(error)) {
+	ts := (*m.states.Load())[tag]
+	if ts == nil {
+		done(fmt.Errorf("%w: monotonic: tag %q has no leader yet", wire.ErrUnavailable, tag))
+		return
+	}
+	if ts.term.Load() == nil {
+		m.forwardAsync(ts, dst, done)
+		return
+	}
+	// This dispenser holds the lease, and TryFill found no IDs in memory: wait for the
+	// segment on a goroutine of the Manager (rare: the sequence fetches ahead).
+	if !m.spawn(func(ctx context.Context) { done(m.Fill(ctx, tag, dst)) }) {
+		done(errNotReady)
+	}
+}
+
+// spawn runs f in a goroutine that Run waits for, unless Run is not running.
+func (m *Manager) spawn(f func(ctx context.Context)) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.runCtx == nil || m.stopping {
+		return false
+	}
+	ctx := m.runCtx
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f(ctx)
+	}()
+	return true
+}

@@ -1,0 +1,214 @@
+package monotonic
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/backoff"
+)
+
+// watchPolicy is the back-off of a bucket watch that could not start or ended.
+var watchPolicy = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
+
+// Run watches the marks and the leases, runs one campaign per marked tag, and owns
+// every goroutine of the Manager. It returns nil when ctx ends, after every lease it
+// held was released (best effort: a lease it cannot release expires), and an error
+// only when called twice.
+func (m *Manager) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	m.mu.Lock()
+	if m.runCtx != nil {
+		m.mu.Unlock()
+		cancel()
+		return errors.New("monotonic: Manager.Run called twice")
+	}
+	m.runCtx = ctx
+	m.mu.Unlock()
+	defer m.stop(cancel)
+
+	// Campaigns start once both watches delivered what the buckets hold, so that no
+	// candidate acts on a view that misses a live lease.
+	var synced sync.WaitGroup
+	synced.Add(2)
+	m.spawn(func(ctx context.Context) { m.watch(ctx, m.leaders, m.applyLease, synced.Done) })
+	m.spawn(func(ctx context.Context) { m.watch(ctx, m.opts, m.applyMark, synced.Done) })
+	syncedCh := make(chan struct{})
+	m.spawn(func(ctx context.Context) {
+		synced.Wait() // both watches call Done once, or at their end
+		close(syncedCh)
+	})
+	select {
+	case <-syncedCh:
+	case <-ctx.Done():
+		return nil
+	}
+	m.mu.Lock()
+	m.reconcile(false)
+	m.mu.Unlock()
+	m.isReady.Store(true)
+	close(m.ready)
+	m.log.Info("monotonic: marks and leases loaded", "monotonic_tags", len(m.marks.Load().exact), "lease_ttl", m.cfg.LeaseTTL)
+	<-ctx.Done()
+	return nil
+}
+
+// stop ends every campaign (each releases its lease) and waits for every goroutine.
+func (m *Manager) stop(cancel context.CancelFunc) {
+	m.isReady.Store(false)
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
+	cancel()
+	m.wg.Wait()
+	empty := map[string]*tagState{}
+	m.states.Store(&empty)
+}
+
+// watch follows every key of kv, calling apply for each entry and synced once, when the
+// entries the bucket held at the start were delivered (or when the watch ends first). A
+// watch that ends (its connection closed, a server gone) starts again.
+func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced func()) {
+	var once sync.Once
+	defer once.Do(synced)
+	bo := backoff.New(watchPolicy)
+	for ctx.Err() == nil {
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			if bo.Failures() == 0 {
+				m.log.Warn("monotonic: cannot watch a bucket, retrying", "bucket", kv.Bucket(), "err", err)
+			}
+			bo.Wait(ctx)
+			continue
+		}
+		bo.Reset()
+		m.follow(ctx, w, apply, func() { once.Do(synced) })
+		_ = w.Stop()
+		if ctx.Err() == nil {
+			m.log.Warn("monotonic: bucket watch ended, watching again", "bucket", kv.Bucket())
+			bo.Wait(ctx)
+		}
+	}
+}
+
+// follow applies w's entries until it ends or ctx does.
+func (m *Manager) follow(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), synced func()) {
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return
+			case e == nil:
+				synced()
+			default:
+				apply(e)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// applyLease records a lease key's new revision and tells the tag's campaign.
+func (m *Manager) applyLease(e jetstream.KeyValueEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev := m.holders[e.Key()]
+	if prev != nil && e.Revision() < prev.rev {
+		return // a watch that started again, behind what a read of the key found
+	}
+	h := holderOf(e, prev, m.now())
+	m.holders[e.Key()] = h
+	if ts := m.tags[e.Key()]; ts != nil {
+		ts.holder.Store(h)
+		poke(ts.poke)
+	}
+}
+
+// applyMark records a tag's new mark and starts or stops its campaign.
+func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
+	on := e.Operation() == jetstream.KeyValuePut && decodeOptions(m.log, e.Key(), e.Value()).Monotonic
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	marks := m.marks.Load()
+	if marks.exact[e.Key()] == on {
+		return
+	}
+	m.marks.Store(marks.with(e.Key(), on))
+	m.log.Info("monotonic: tag mark changed", "tag", e.Key(), "monotonic", on)
+	if m.isReady.Load() {
+		m.reconcile(true)
+	}
+}
+
+// reconcile starts a campaign for every marked tag without one and stops those of tags
+// no longer marked. Called with mu held; a stopped campaign ends on its own goroutine.
+// live says the marks changed while this dispenser watched, rather than being loaded at
+// its start: a tag marked now may still be served as an ordinary tag by a dispenser
+// whose watch lags, so its first leader here waits half a TTL before serving.
+func (m *Manager) reconcile(live bool) {
+	marks := m.marks.Load()
+	changed := false
+	for name, ts := range m.tags {
+		if !marks.exact[name] {
+			ts.cancel()
+			delete(m.tags, name)
+			changed = true
+		}
+	}
+	for name := range marks.exact {
+		if m.tags[name] == nil && m.startCampaign(name, live) {
+			changed = true
+		}
+	}
+	if changed {
+		next := make(map[string]*tagState, len(m.tags))
+		for name, ts := range m.tags {
+			next[name] = ts
+		}
+		m.states.Store(&next)
+	}
+}
+
+// startCampaign makes the state of a newly marked tag and starts its campaign, once
+// the campaign of any earlier state of the tag returned (so that its term is over).
+// Called with mu held.
+func (m *Manager) startCampaign(name string, settle bool) bool {
+	if m.runCtx == nil || m.stopping {
+		return false
+	}
+	prev := m.ended[name]
+	ctx, cancel := context.WithCancel(m.runCtx)
+	ts := &tagState{name: name, poke: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	if settle {
+		ts.settleUntil = m.now() + m.cfg.LeaseTTL/2
+	}
+	ts.holder.Store(m.holders[name])
+	m.tags[name] = ts
+	m.ended[name] = ts.done
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(ts.done)
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		m.campaign(ctx, ts)
+	}()
+	return true
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
