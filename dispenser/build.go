@@ -34,6 +34,7 @@ func (d *Dispenser) steps() []step {
 		{"segment store", d.openSegmentStore},
 		{"segment store check", d.checkStoreMarks},
 		{"segment generator", d.newSegments},
+		{"monotonic tags", d.newMonotonic}, // monotonic.go
 		{"worker registry", d.openRegistry},
 		{"worker ID", d.acquireWorkerID},
 		{"clock check", d.checkClock},
@@ -153,7 +154,7 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	cfg := d.cfg
 	batchCfg := pools.DefaultConfig()
 	batchCfg.Specs = cfg.Pools
-	batchCfg.Segments = d.segments
+	batchCfg.Segments = d.mono.OrdinaryOnly(d.segments) // a pool never holds a monotonic tag
 	batchCfg.Snowflakes = d.snowflakes
 	batchCfg.Logger = d.log.With("component", "pools")
 	if d.batches, err = pools.New(batchCfg); err != nil {
@@ -163,7 +164,7 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	streamCfg.JetStream = d.js
 	streamCfg.Prefix = cfg.Prefix
 	streamCfg.Specs = cfg.Pools
-	streamCfg.Segments = d.segments
+	streamCfg.Segments = d.mono.OrdinaryOnly(d.segments)
 	streamCfg.Snowflakes = d.snowflakes
 	streamCfg.Replicas = cfg.KVReplicas
 	streamCfg.Logger = d.log.With("component", "pool-stream")
@@ -188,6 +189,7 @@ func (d *Dispenser) startService(context.Context) error {
 	svcCfg.Segments = d.segments
 	svcCfg.Snowflakes = d.snowflakes
 	svcCfg.Tags = d.store
+	svcCfg.Monotonic = d.mono
 	if len(cfg.Pools) > 0 {
 		svcCfg.Batches = d.batches
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
@@ -56,6 +57,12 @@ type Config struct {
 	ZKName         string
 	ZKRecycle      bool
 	LeaseTTL       time.Duration
+
+	// MonotonicLeaseTTL is the lease of the leader of a monotonic tag
+	// (--monotonic-lease-ttl, 6 s), renewed every sixth of it: after a leader dies its
+	// tags answer 503 for about this long. Every dispenser of a deployment must use the
+	// same (the <prefix>_leaders bucket keeps records for twice it).
+	MonotonicLeaseTTL time.Duration
 
 	// WorkerIDMin and WorkerIDMax bound the worker IDs this deployment's registry hands
 	// out (--worker-id-min, --worker-id-max; 0 and the layout's highest, 1023): each
@@ -128,6 +135,8 @@ func DefaultConfig() Config {
 		HTTP:           httpapi.DefaultAddr,
 		MetricsMaxTags: metrics.DefaultMaxTags,
 		StartTimeout:   30 * time.Second,
+
+		MonotonicLeaseTTL: monotonic.DefaultConfig().LeaseTTL,
 	}
 }
 
@@ -179,6 +188,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.checkClock()...)
 	errs = append(errs, c.checkHTTP()...)
+	errs = append(errs, c.checkMonotonic()...)
 	return errors.Join(errs...)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/service"
@@ -47,6 +48,7 @@ type Dispenser struct {
 	js            jetstream.JetStream
 	store         segment.Store
 	segments      *segment.Generator
+	mono          *monotonic.Manager // monotonic tags (monotonic.go)
 	registry      workerid.Registry
 	lease         workerid.Lease
 	forever       *workerid.Forever
@@ -125,7 +127,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Dispenser, error) {
 	return d, nil
 }
 
-// Ready is closed once the dispenser serves: Run has started and the segment tags are in.
+// Ready is closed once the dispenser serves: Run has started, the segment tags are in
+// and the monotonic marks loaded.
 func (d *Dispenser) Ready() <-chan struct{} { return d.ready }
 
 // ClientURL is the NATS URL the dispenser serves on: the embedded server's, or cfg.NATS.

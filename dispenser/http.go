@@ -57,7 +57,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		MaxBatch:   cfg.MaxBatch,
 		Layout:     cfg.Layout(),
 		WaitMax:    service.DefaultConfig().WaitMax,
-		Segments:   d.segments,
+		Segments:   httpSegments{mono: d.mono, ordinary: d.segments}, // monotonic.go
 		Snowflakes: d.snowflakes,
 		Metrics:    d.metrics,
 		Readiness:  httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat),
@@ -69,7 +69,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		Logger: d.log.With("component", "http"),
 	}
 	if len(cfg.Pools) > 0 {
-		hc.Batches = d.batches
+		hc.Batches = httpBatches{mono: d.mono, ordinary: d.batches}
 	}
 	if cfg.SegmentStore == "mysql" {
 		hc.Status.Rows = d.store // Leaf's leaf_alloc rows, as its /db page shows them

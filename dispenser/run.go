@@ -52,6 +52,9 @@ func (d *Dispenser) Run(ctx context.Context) error {
 		// Interrupted after the service, whose interrupt returns once NATS has drained.
 		addLoop(&g, "http", d.http.Run)
 	}
+	// After the service and HTTP: the requests they still wait on are forwarded to, or
+	// served by, the Manager. It gives its leases back when it stops.
+	addLoop(&g, "monotonic tags", d.mono.Run)
 	addLoop(&g, "segment loader", d.segments.Run)
 	// The pools fill once the tag list is in; before, every segment fill would fail.
 	addLoop(&g, "batch pools", afterReady(d.segments.Ready(), d.batches.Run))
@@ -139,13 +142,17 @@ func afterReady(ready <-chan struct{}, loop func(context.Context) error) func(co
 	}
 }
 
-// announce waits until the segment tags are loaded, then says how to ask for an ID and
-// closes Ready. It stays running until stopped, so that it is an actor like the others.
+// announce waits until the segment tags and the monotonic marks are loaded (before,
+// every segment request is a 503: no tag's mark is known), then says how to ask for an
+// ID and closes Ready. It stays running until stopped, so that it is an actor like the
+// others.
 func (d *Dispenser) announce(ctx context.Context) error {
-	select {
-	case <-d.segments.Ready():
-	case <-ctx.Done():
-		return nil
+	for _, ready := range []<-chan struct{}{d.segments.Ready(), d.mono.Ready()} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	cfg := d.cfg
 	d.log.Info("serving", "nats", d.clientURL, "http", d.statusURL(), "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)

@@ -6,13 +6,15 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-// endpointStats is the data of the ID endpoints in $SRV.STATS: the segment buffers, the
+// endpointStats is the data of the ID endpoints in $SRV.STATS: the segment buffers and
+// monotonic tags, the
 // snowflake generator and clock, the worker ID and its range, and the pools of each kind.
 func (d *Dispenser) endpointStats(endpoint string) any {
 	switch endpoint {
 	case "segment":
 		return map[string]any{
 			"tags":        d.segments.Stats(),
+			"monotonic":   d.mono.Stats(),
 			"pools":       ofKind(d.batches.Stats(), wire.Segment, poolKind),
 			"pool_stream": ofKind(d.poolStream.Stats(), wire.Segment, streamKind),
 			"recovery":    d.recovery.Stats(),

@@ -1,0 +1,97 @@
+package dispenser
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/monotonic"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// Monotonic tags (PROTOCOL.md "Monotonic tags"): the Manager is built after the segment
+// generator, whose fresh segments its leaders serve from, and before the pools, which
+// must refuse those tags; the service asks it about every segment request, and HTTP's
+// segment requests go through it too. Run runs it as an actor stopped after the service
+// and HTTP, so that the requests they wait on are answered; Ready waits for its marks.
+
+// minMonotonicLeaseTTL is the shortest --monotonic-lease-ttl: renewals come every
+// sixth of it, and a KV round trip must fit well inside one.
+const minMonotonicLeaseTTL = 600 * time.Millisecond
+
+// checkMonotonic checks --monotonic-lease-ttl.
+func (c Config) checkMonotonic() []error {
+	if c.MonotonicLeaseTTL < minMonotonicLeaseTTL {
+		return []error{fmt.Errorf("--monotonic-lease-ttl %v: want at least %v (renewed every sixth of it)", c.MonotonicLeaseTTL, minMonotonicLeaseTTL)}
+	}
+	return nil
+}
+
+// newMonotonic builds the Manager of monotonic tags on the dispenser's JetStream
+// connection (the service's connection may only answer requests), taking fresh segments
+// from the generator. Its lease is --monotonic-lease-ttl, renewed every sixth. Nothing
+// runs until Run, and New holds nothing that needs undoing but the buckets it created,
+// which stay (they are the deployment's), so there is no undo.
+func (d *Dispenser) newMonotonic(ctx context.Context) error {
+	cfg := d.cfg
+	mc := monotonic.DefaultConfig()
+	mc.Prefix, mc.NodeID, mc.Replicas = cfg.Prefix, cfg.NodeID, cfg.KVReplicas
+	mc.Conn, mc.JetStream, mc.Segments = d.nc, d.js, d.segments
+	mc.LeaseTTL, mc.RenewInterval = cfg.MonotonicLeaseTTL, cfg.MonotonicLeaseTTL/6
+	mc.MaxBatch, mc.MaxForward = cfg.MaxBatch, max(mc.MaxForward, cfg.MaxBatch)
+	mc.Logger = d.log.With("component", "monotonic")
+	mono, err := monotonic.New(ctx, mc)
+	if err != nil {
+		return fmt.Errorf("monotonic tags: %w", err)
+	}
+	d.mono = mono
+	return nil
+}
+
+// httpSegments routes HTTP's segment requests as the service routes NATS ones: a
+// monotonic tag to the Manager (its leader's one sequence), never to the buffers, whose
+// segments are cut ahead of time; every other tag to the generator.
+type httpSegments struct {
+	mono     *monotonic.Manager
+	ordinary httpapi.SegmentSource
+}
+
+func (h httpSegments) TryFill(tag string, dst []int64) (bool, error) {
+	mono, err := h.mono.IsMonotonic(tag)
+	switch {
+	case err != nil:
+		return false, err
+	case mono:
+		return h.mono.TryFill(tag, dst)
+	}
+	return h.ordinary.TryFill(tag, dst)
+}
+
+func (h httpSegments) Fill(ctx context.Context, tag string, dst []int64) error {
+	mono, err := h.mono.IsMonotonic(tag)
+	switch {
+	case err != nil:
+		return err
+	case mono:
+		return h.mono.Fill(ctx, tag, dst)
+	}
+	return h.ordinary.Fill(ctx, tag, dst)
+}
+
+// httpBatches keeps HTTP from answering a monotonic tag with a pre-filled batch: a pool
+// filled before the tag was marked may still hold some. (The service checks the mark
+// before its pools itself.)
+type httpBatches struct {
+	mono     *monotonic.Manager
+	ordinary httpapi.Batches
+}
+
+func (h httpBatches) Take(kind wire.Kind, tag string, n int, enc wire.Encoding) ([]byte, bool) {
+	if kind == wire.Segment {
+		if mono, err := h.mono.IsMonotonic(tag); err != nil || mono {
+			return nil, false // the segment source answers: the Manager, or the error
+		}
+	}
+	return h.ordinary.Take(kind, tag, n, enc)
+}

@@ -1,0 +1,134 @@
+package dispenser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/pools"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// TestMonotonicOverHTTPAndNATS: two dispensers on one NATS server and a monotonic tag
+// that also has a --pool on one of them. Requests taking turns over HTTP on each
+// dispenser (the follower's forwarded to the leader) and over NATS (either dispenser,
+// pool-sized too) get replies each above the one before: HTTP goes through the leader's
+// one sequence, never the segment buffers or a pool.
+func TestMonotonicOverHTTPAndNATS(t *testing.T) {
+	cfg1 := testConfig(t)
+	cfg1.NodeID = "mono-1"
+	cfg1.MonotonicLeaseTTL = time.Second
+	spec, err := pools.ParseSpec("segment:ordered:3:4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg1.Pools = pools.Specs{spec}
+	d1, err := newTest(t, cfg1)
+	if err != nil {
+		t.Fatalf("New mono-1: %v", err)
+	}
+	runUntilCleanup(t, d1)
+	cfg2 := testConfig(t)
+	cfg2.NodeID, cfg2.NATS, cfg2.MonotonicLeaseTTL = "mono-2", d1.ClientURL(), time.Second
+	d2, err := newTest(t, cfg2)
+	if err != nil {
+		t.Fatalf("New mono-2: %v", err)
+	}
+	runUntilCleanup(t, d2)
+
+	nc, err := nats.Connect(d1.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl, err := client.NewClient(nc, client.WithHedge(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	on, step := true, int64(5) // a short step: the leader takes several segments
+	if _, err := cl.AddTag(ctx, wire.AddTagRequest{Tag: "ordered", Step: &step, Monotonic: &on}); err != nil {
+		t.Fatalf("add the monotonic tag: %v", err)
+	}
+
+	urls := []string{"http://" + d1.HTTPAddr().String(), "http://" + d2.HTTPAddr().String()}
+	get := func(i, n int) ([]int64, error) {
+		code, body := httpGet(t, fmt.Sprintf("%s/api/segment/get/ordered?count=%d", urls[i], n))
+		if code != http.StatusOK {
+			return nil, fmt.Errorf("HTTP %d: %s", code, body)
+		}
+		var ids []int64
+		for _, f := range strings.Split(body, "\n") {
+			id, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("HTTP body %q: %w", body, err)
+			}
+			ids = append(ids, id)
+		}
+		return ids, nil
+	}
+	// Until the first leader serves (it waits out half a lease), every answer is a 503.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := cl.SegmentN(ctx, "ordered", 1)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("the monotonic tag is not served: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	var last int64
+	for i := range 60 {
+		var ids []int64
+		var err error
+		switch i % 4 {
+		case 0, 1:
+			ids, err = get(i%2, 1+i%3)
+		case 2:
+			ids, err = cl.SegmentN(ctx, "ordered", 3) // the pool's size
+		default:
+			ids, err = cl.SegmentN(ctx, "ordered", 2)
+		}
+		if errors.Is(err, wire.ErrUnavailable) || (err != nil && strings.HasPrefix(err.Error(), "HTTP 503")) {
+			continue // a 503 is allowed (the lease moving); an ID out of order never is
+		}
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if ids[0] <= last {
+			t.Fatalf("request %d (%s) = %v, not above the reply before it (%d)", i, []string{"HTTP mono-1", "HTTP mono-2", "NATS", "NATS"}[i%4], ids, last)
+		}
+		for j := 1; j < len(ids); j++ {
+			if ids[j] <= ids[j-1] {
+				t.Fatalf("request %d = %v: not increasing", i, ids)
+			}
+		}
+		last = ids[len(ids)-1]
+	}
+
+	// The follower's HTTP requests went to the leader.
+	var forwarded, leaders uint64
+	for _, d := range []*Dispenser{d1, d2} {
+		for _, ts := range d.mono.Stats().Tags {
+			forwarded += ts.Forwarded
+			if ts.Role == "leader" {
+				leaders++
+			}
+		}
+	}
+	if leaders != 1 || forwarded == 0 {
+		t.Fatalf("leaders %d, forwarded requests %d: want one leader and the follower's requests forwarded", leaders, forwarded)
+	}
+}
