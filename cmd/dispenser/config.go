@@ -67,6 +67,7 @@ Flags:
 	fs.StringVar(&c.ZKName, "zk-name", c.ZKName, "Leaf's leaf.name: worker IDs live under /snowflake/<name>/")
 	fs.BoolVar(&c.ZKRecycle, "zk-recycle", c.ZKRecycle, "with zk: worker IDs are leases that come back after --lease-ttl of silence")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an unrenewed worker-ID lease lasts (kv registry, zk with --zk-recycle); renewed every 3s")
+	fs.DurationVar(&c.MonotonicLeaseTTL, "monotonic-lease-ttl", c.MonotonicLeaseTTL, "lease of the leader of a monotonic tag, renewed every sixth; a killed leader's tags answer 503 for about this long (the same on every dispenser)")
 	fs.Int64Var(&c.WorkerIDMin, "worker-id-min", c.WorkerIDMin, "lowest worker ID this deployment may use: give each datacenter a range of its own, disjoint from the others'")
 	fs.Int64Var(&c.WorkerIDMax, "worker-id-max", c.WorkerIDMax, "highest worker ID this deployment may use (at most 1023)")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest count a request may ask for")

@@ -13,14 +13,16 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--description TEXT]
+const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--description TEXT] [--monotonic]
        dispenser tag list
-       dispenser tag update --tag NAME [--step N] [--description TEXT] [--max-id N]
+       dispenser tag update --tag NAME [--step N] [--description TEXT] [--max-id N] [--monotonic=true|false]
 
 Manages the segment tags of a running deployment over NATS (leaf.admin.tags.*).
 add and update print the tag as JSON; list prints a table (--json for JSON).
 update --max-id only ever raises max_id: it repairs a store that went backwards (README
 "When the store goes backwards"); N must be at least every dispenser's high-water mark.
+--monotonic marks a tag whose every reply is above every reply received before its
+request was sent, across dispensers (README "Monotonic tags").
 
 Flags:
 `
@@ -31,7 +33,7 @@ type tagCommand struct {
 	cf                clientFlags
 	name, description string
 	step, maxID       int64
-	asJSON            bool
+	asJSON, monotonic bool
 	given             map[string]bool // the flags on the command line
 }
 
@@ -66,6 +68,7 @@ func (c *tagCommand) parse(args []string, stderr io.Writer) error {
 		fs.StringVar(&c.name, "tag", "", "the tag (1-128 of A-Z a-z 0-9 _ -)")
 		fs.Int64Var(&c.step, "step", 0, "segment length (1 to 10000000)")
 		fs.StringVar(&c.description, "description", "", "what the IDs are for")
+		fs.BoolVar(&c.monotonic, "monotonic", false, "every reply above every reply received before the request was sent, across dispensers")
 	}
 	switch c.op {
 	case "add":
@@ -92,9 +95,8 @@ func (c *tagCommand) add(ctx context.Context, cl *client.Client, stdout io.Write
 		return &usageError{fmt.Errorf("tag add: --step is required")}
 	}
 	r := wire.AddTagRequest{Tag: c.name, Step: &c.step, MaxID: &c.maxID}
-	if c.given["description"] {
-		r.Description = &c.description
-	}
+	r.Description = ifGiven(c.given, "description", &c.description)
+	r.Monotonic = ifGiven(c.given, "monotonic", &c.monotonic)
 	t, err := cl.AddTag(ctx, r)
 	if err != nil {
 		return err
@@ -104,17 +106,12 @@ func (c *tagCommand) add(ctx context.Context, cl *client.Client, stdout io.Write
 
 func (c *tagCommand) update(ctx context.Context, cl *client.Client, stdout io.Writer) error {
 	r := wire.UpdateTagRequest{Tag: c.name}
-	if c.given["step"] {
-		r.Step = &c.step
-	}
-	if c.given["description"] {
-		r.Description = &c.description
-	}
-	if c.given["max-id"] {
-		r.MaxID = &c.maxID
-	}
-	if r.Step == nil && r.Description == nil && r.MaxID == nil {
-		return &usageError{fmt.Errorf("tag update: give --step, --description and/or --max-id")}
+	r.Step = ifGiven(c.given, "step", &c.step)
+	r.Description = ifGiven(c.given, "description", &c.description)
+	r.MaxID = ifGiven(c.given, "max-id", &c.maxID)
+	r.Monotonic = ifGiven(c.given, "monotonic", &c.monotonic)
+	if r.Step == nil && r.Description == nil && r.MaxID == nil && r.Monotonic == nil {
+		return &usageError{fmt.Errorf("tag update: give --step, --description, --max-id and/or --monotonic")}
 	}
 	t, err := cl.UpdateTag(ctx, r)
 	if err != nil {
@@ -132,11 +129,20 @@ func (c *tagCommand) list(ctx context.Context, cl *client.Client, stdout io.Writ
 		return printJSON(stdout, tags)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TAG\tMAX_ID\tSTEP\tUPDATED\tDESCRIPTION")
+	fmt.Fprintln(w, "TAG\tMAX_ID\tSTEP\tMONOTONIC\tUPDATED\tDESCRIPTION")
 	for _, t := range tags {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", t.Tag, t.MaxIDStr, t.Step, t.UpdateTime, t.Description)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%v\t%s\t%s\n", t.Tag, t.MaxIDStr, t.Step, t.Monotonic, t.UpdateTime, t.Description)
 	}
 	return w.Flush()
+}
+
+// ifGiven is v when the flag name was on the command line (or in the environment),
+// else nil: the request leaves that field as it is.
+func ifGiven[T any](given map[string]bool, name string, v *T) *T {
+	if given[name] {
+		return v
+	}
+	return nil
 }
 
 func printJSON(w io.Writer, v any) error {
