@@ -34,13 +34,13 @@ func (d *Dispenser) steps() []step {
 		{"segment store", d.openSegmentStore},
 		{"segment store check", d.checkStoreMarks},
 		{"segment generator", d.newSegments},
-		{"monotonic tags", d.newMonotonic}, // monotonic.go
 		{"worker registry", d.openRegistry},
 		{"worker ID", d.acquireWorkerID},
 		{"clock check", d.checkClock},
 		{"snowflake generator", d.newSnowflakes},
 		{"heartbeat", d.startHeartbeat},
 		{"time responder", d.newTimeResponder},
+		{"monotonic tags", d.newMonotonic}, // monotonic.go: before the pools, which refuse its tags
 		{"pools", d.newPools},
 		{"metrics", d.newMetrics},
 		{"service", d.startService},

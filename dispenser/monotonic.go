@@ -11,8 +11,9 @@ import (
 )
 
 // Monotonic tags (PROTOCOL.md "Monotonic tags"): the Manager is built after the segment
-// generator, whose fresh segments its leaders serve from, and before the pools, which
-// must refuse those tags; the service asks it about every segment request, and HTTP's
+// generator, whose fresh segments its leaders serve from, and the worker ID (so a start
+// that it refuses gives the worker ID back, as any late step's does), and before the
+// pools, which must refuse those tags; the service asks it about every segment request, and HTTP's
 // segment requests go through it too. Run runs it as an actor stopped after the service
 // and HTTP, so that the requests they wait on are answered; Ready waits for its marks.
 
@@ -39,7 +40,10 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	mc.Prefix, mc.NodeID, mc.Replicas = cfg.Prefix, cfg.NodeID, cfg.KVReplicas
 	mc.Conn, mc.JetStream, mc.Segments = d.nc, d.js, d.segments
 	mc.LeaseTTL, mc.RenewInterval = cfg.MonotonicLeaseTTL, cfg.MonotonicLeaseTTL/6
-	mc.MaxBatch, mc.MaxForward = cfg.MaxBatch, max(mc.MaxForward, cfg.MaxBatch)
+	// A forwarded message must fit the server's max_payload (8 bytes an ID) and carry at
+	// least one request; a --max-batch too large for that is refused by monotonic.New.
+	mc.MaxBatch = cfg.MaxBatch
+	mc.MaxForward = max(cfg.MaxBatch, min(mc.MaxForward, int(d.nc.MaxPayload()/8)))
 	mc.Logger = d.log.With("component", "monotonic")
 	mono, err := monotonic.New(ctx, mc)
 	if err != nil {
