@@ -85,7 +85,7 @@ func lineWith(out string, words ...string) bool {
 }
 
 // TestMonotonicLeaseTTLFlag: --monotonic-lease-ttl (and LEAFBUS_MONOTONIC_LEASE_TTL)
-// reaches the dispenser's configuration, with PROTOCOL.md's default of 6 s when not
+// reaches the dispenser's configuration, with the default of 6 s (monotonic's) when not
 // given; one too short for its renewals is refused at start.
 func TestMonotonicLeaseTTLFlag(t *testing.T) {
 	for _, tt := range []struct {
