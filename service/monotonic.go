@@ -39,6 +39,9 @@ type Monotonic interface {
 func (s *Service) serveMonotonic(req micro.Request, tag string, n int, enc wire.Encoding, start time.Duration) (mine bool, answered int, err error) {
 	mono, err := s.cfg.Monotonic.IsMonotonic(tag)
 	if err != nil {
+		if loading := s.marksLoading(); loading != nil {
+			return true, 0, s.waitForMarks(req, tag, n, enc, start, loading)
+		}
 		return true, 0, err
 	}
 	if !mono {
@@ -75,6 +78,81 @@ func (s *Service) serveMonotonic(req micro.Request, tag string, n int, enc wire.
 		s.answerMonotonic(subject, reply, p, enc, start, err)
 	})
 	return true, 0, nil
+}
+
+// monotonicLoader is what a Monotonic may also offer (package monotonic's Manager
+// does): Ready is closed once the marks are loaded.
+type monotonicLoader interface {
+	Ready() <-chan struct{}
+}
+
+// marksLoading is Monotonic's Ready while the marks are still loading, else nil (loaded,
+// or nothing to wait for).
+func (s *Service) marksLoading() <-chan struct{} {
+	l, ok := s.cfg.Monotonic.(monotonicLoader)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-l.Ready():
+		return nil
+	default:
+		return l.Ready()
+	}
+}
+
+// waitForMarks answers a segment request that came while the marks load (a dispenser
+// just started, under load) once they are in, off the delivery goroutine and within
+// WaitMax, as a request for a tag not loaded yet is: no tag can be served before its
+// mark is known, and a 503 at once would send a restarted dispenser's first requests
+// back to its clients. It returns the error to answer at once, or nil.
+func (s *Service) waitForMarks(req micro.Request, tag string, n int, enc wire.Encoding, start time.Duration, loading <-chan struct{}) error {
+	if err := s.startWaiter(); err != nil {
+		if errors.Is(err, errOverloaded) {
+			s.segStats.overloaded.Add(1)
+			if s.rejecter != nil {
+				s.rejecter.Rejected(TransportNATS)
+			}
+		}
+		return err
+	}
+	s.segStats.waited.Add(1)
+	reply, subject := req.Reply(), req.Subject()
+	p := s.getIDs(n)
+	go func() {
+		defer s.endWaiter()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WaitMax)
+		defer cancel()
+		var err error
+		select {
+		case <-loading:
+			err = s.fillLoaded(ctx, tag, *p)
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: the monotonic tag marks did not load within %v", wire.ErrUnavailable, s.cfg.WaitMax)
+		}
+		s.answerMonotonic(subject, reply, p, enc, start, err)
+	}()
+	return nil
+}
+
+// fillLoaded fills ids for a request that waited for the marks: from Monotonic for a
+// monotonic tag, else from the segment buffers (a pool is only a shortcut).
+func (s *Service) fillLoaded(ctx context.Context, tag string, ids []int64) error {
+	mono, err := s.cfg.Monotonic.IsMonotonic(tag)
+	switch {
+	case err != nil:
+		return err
+	case mono:
+		err = s.cfg.Monotonic.Fill(ctx, tag, ids)
+	case s.cfg.Segments == nil:
+		return fmt.Errorf("%w: segment IDs are not configured on this dispenser", wire.ErrUnavailable)
+	default:
+		err = s.cfg.Segments.Fill(ctx, tag, ids)
+	}
+	if err != nil && ctx.Err() != nil && !errors.Is(err, wire.ErrUnavailable) && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
+		err = fmt.Errorf("%w: no IDs of %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
+	}
+	return err
 }
 
 // monotonicAsync is what a Monotonic may also offer (package monotonic's Manager

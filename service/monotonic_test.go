@@ -25,6 +25,16 @@ type fakeMonotonic struct {
 	notReady bool
 	fillErr  error // Fill's answer, when set
 	fills    int
+	ready    chan struct{} // Ready; nil: loaded, or stopped (a 503 at once)
+}
+
+func (f *fakeMonotonic) Ready() <-chan struct{} {
+	if f.ready == nil {
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return f.ready
 }
 
 func (f *fakeMonotonic) IsMonotonic(tag string) (bool, error) {
@@ -177,6 +187,65 @@ func TestMonotonicRouting(t *testing.T) {
 	}
 	if mono.fills != 2 {
 		t.Fatalf("Monotonic.Fill called %d times, want twice (the requests not in memory)", mono.fills)
+	}
+	if got := rec.observations(); !slices.Equal(got, want) {
+		t.Errorf("observed\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestMonotonicWaitsForMarks: segment requests that come while the marks load (a
+// dispenser just started) wait for them, off the delivery goroutine, and are answered
+// once they are in: from Monotonic for a monotonic tag, from the buffers for the
+// others; each answer observed once.
+func TestMonotonicWaitsForMarks(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	mono := &fakeMonotonic{marks: map[string]bool{"ordered": true}, notReady: true, ready: make(chan struct{})}
+	rec := &recorder{}
+	cfg := DefaultConfig()
+	cfg.Segments, cfg.Batches, cfg.Monotonic, cfg.Observer = fixedSegments{}, everyBatch{}, mono, rec
+	svc, err := New(ns.Connect(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	nc := ns.Connect(t)
+	type answer struct {
+		body string
+		err  error
+	}
+	answers := map[string]chan answer{"leaf.segment.orders": make(chan answer, 1), "leaf.segment.ordered": make(chan answer, 1)}
+	for subject, ch := range answers {
+		go func() {
+			msg, err := nc.Request(subject, []byte("2"), 5*time.Second)
+			if err == nil && msg.Header.Get(wire.ServiceErrorCodeHeader) != "" {
+				err = fmt.Errorf("code %s: %s", msg.Header.Get(wire.ServiceErrorCodeHeader), msg.Header.Get(wire.ServiceErrorHeader))
+			}
+			if err != nil {
+				ch <- answer{err: err}
+				return
+			}
+			ch <- answer{body: string(msg.Data)}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // the requests arrive and wait
+	mono.mu.Lock()
+	mono.notReady = false
+	close(mono.ready)
+	mono.mu.Unlock()
+	for subject, want := range map[string]string{"leaf.segment.orders": "100\n101", "leaf.segment.ordered": "7000\n7001"} {
+		select {
+		case a := <-answers[subject]:
+			if a.err != nil || a.body != want {
+				t.Errorf("request %s while the marks load = %q, %v; want %q once they are in", subject, a.body, a.err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %s: no answer within 10s", subject)
+		}
+	}
+	want := []observation{{"nats", "segment", 200, 2}, {"nats", "segment", 200, 2}}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rec.observations()) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
 	if got := rec.observations(); !slices.Equal(got, want) {
 		t.Errorf("observed\n%v\nwant\n%v", got, want)
