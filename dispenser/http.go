@@ -60,7 +60,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		Segments:   httpSegments{mono: d.mono, ordinary: d.segments}, // monotonic.go
 		Snowflakes: d.snowflakes,
 		Metrics:    d.metrics,
-		Readiness:  httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat),
+		Readiness:  d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat)),
 		Status: httpapi.Status{
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: d.clientURL, SegmentStore: cfg.SegmentStore,
 			Sources: d.sources(),

@@ -99,3 +99,18 @@ func (h httpBatches) Take(kind wire.Kind, tag string, n int, enc wire.Encoding) 
 	}
 	return h.ordinary.Take(kind, tag, n, enc)
 }
+
+// withMarks makes /readyz wait for the monotonic marks as Ready does: until they are
+// loaded no segment tag can be served (it is not known which are monotonic), so the tags
+// count as not loaded.
+func (d *Dispenser) withMarks(r httpapi.Readiness) httpapi.Readiness {
+	return httpapi.ReadinessFunc(func() httpapi.Health {
+		h := r.Health()
+		select {
+		case <-d.mono.Ready():
+		default:
+			h.TagsLoaded = false
+		}
+		return h
+	})
+}
