@@ -13,9 +13,10 @@ import (
 // arrives, Close is called, or a part fails; it returns nil on a clean stop and the
 // failing part's error otherwise. The parts stop in this order, each waiting for its
 // part to finish: stop serving NATS (answering what was delivered), then HTTP (which
-// serves until NATS has drained, and then answers what it took), stop loading segments
-// and filling pools, write the last heartbeat record and give the worker ID back. Close
-// undoes the rest. Run may be called once.
+// serves until NATS has drained, and then answers what it took), then the monotonic
+// tags (whose leaders served those requests; their leases are given back), stop
+// loading segments and filling pools, write the last heartbeat record and give the
+// worker ID back. Close undoes the rest. Run may be called once.
 func (d *Dispenser) Run(ctx context.Context) error {
 	ctx, err := d.startRun(ctx)
 	if err != nil {

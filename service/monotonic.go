@@ -20,7 +20,8 @@ import (
 type Monotonic interface {
 	// IsMonotonic reports whether tag is marked monotonic; an error (503 while the
 	// marks load, 400 for a name that differs only in case from a marked tag) is the
-	// answer to the request.
+	// answer to the request, unless the marks are loading and the Monotonic offers
+	// Ready (monotonicLoader): then the request waits for them.
 	IsMonotonic(tag string) (bool, error)
 	TryFill(tag string, dst []int64) (ok bool, err error)
 	Fill(ctx context.Context, tag string, dst []int64) error
@@ -59,14 +60,8 @@ func (s *Service) serveMonotonic(req micro.Request, tag string, n int, enc wire.
 		return true, n, nil
 	}
 	// Forwarded to the leader, or waiting for the leader's next segment.
-	if err := s.startWaiter(); err != nil {
+	if err := s.startSegmentWaiter(); err != nil {
 		s.putIDs(p)
-		if errors.Is(err, errOverloaded) {
-			s.segStats.overloaded.Add(1)
-			if s.rejecter != nil {
-				s.rejecter.Rejected(TransportNATS)
-			}
-		}
 		return true, 0, err
 	}
 	s.segStats.waited.Add(1)
@@ -107,13 +102,7 @@ func (s *Service) marksLoading() <-chan struct{} {
 // mark is known, and a 503 at once would send a restarted dispenser's first requests
 // back to its clients. It returns the error to answer at once, or nil.
 func (s *Service) waitForMarks(req micro.Request, tag string, n int, enc wire.Encoding, start time.Duration, loading <-chan struct{}) error {
-	if err := s.startWaiter(); err != nil {
-		if errors.Is(err, errOverloaded) {
-			s.segStats.overloaded.Add(1)
-			if s.rejecter != nil {
-				s.rejecter.Rejected(TransportNATS)
-			}
-		}
+	if err := s.startSegmentWaiter(); err != nil {
 		return err
 	}
 	s.segStats.waited.Add(1)
@@ -151,6 +140,19 @@ func (s *Service) fillLoaded(ctx context.Context, tag string, ids []int64) error
 	}
 	if err != nil && ctx.Err() != nil && !errors.Is(err, wire.ErrUnavailable) && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
 		err = fmt.Errorf("%w: no IDs of %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
+	}
+	return err
+}
+
+// startSegmentWaiter is startWaiter for a segment request, counting a refusal for
+// overload as waitForSegment does.
+func (s *Service) startSegmentWaiter() error {
+	err := s.startWaiter()
+	if errors.Is(err, errOverloaded) {
+		s.segStats.overloaded.Add(1)
+		if s.rejecter != nil {
+			s.rejecter.Rejected(TransportNATS)
+		}
 	}
 	return err
 }
