@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ import (
 func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 	cfg1 := testConfig(t)
 	cfg1.NodeID = "mono-1"
-	cfg1.MonotonicLeaseTTL = time.Second
+	cfg1.MonotonicLeaseTTL = 2 * time.Second // a starved machine's renewals may take a while
 	spec, err := pools.ParseSpec("segment:ordered:3:4")
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +38,7 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 	}
 	runUntilCleanup(t, d1)
 	cfg2 := testConfig(t)
-	cfg2.NodeID, cfg2.NATS, cfg2.MonotonicLeaseTTL = "mono-2", d1.ClientURL(), time.Second
+	cfg2.NodeID, cfg2.NATS, cfg2.MonotonicLeaseTTL = "mono-2", d1.ClientURL(), cfg1.MonotonicLeaseTTL
 	d2, err := newTest(t, cfg2)
 	if err != nil {
 		t.Fatalf("New mono-2: %v", err)
@@ -89,26 +90,35 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Each way is asked until it answered 15 times: a 503 is allowed (the lease moving
+	// on a starved machine), an ID out of order never is.
+	ways := []string{"HTTP mono-1", "HTTP mono-2", "NATS", "NATS pool-sized"}
+	answered := make([]int, len(ways))
 	var last int64
-	for i := range 60 {
+	deadline = time.Now().Add(45 * time.Second)
+	for i := 0; slices.Min(answered) < 15; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("answers per way %v after %d requests: want 15 each", answered, i)
+		}
 		var ids []int64
 		var err error
-		switch i % 4 {
+		switch way := i % len(ways); way {
 		case 0, 1:
-			ids, err = get(i%2, 1+i%3)
+			ids, err = get(way, 1+i%3)
 		case 2:
-			ids, err = cl.SegmentN(ctx, "ordered", 3) // the pool's size
-		default:
 			ids, err = cl.SegmentN(ctx, "ordered", 2)
+		default:
+			ids, err = cl.SegmentN(ctx, "ordered", 3) // the pool's size
 		}
 		if errors.Is(err, wire.ErrUnavailable) || (err != nil && strings.HasPrefix(err.Error(), "HTTP 503")) {
-			continue // a 503 is allowed (the lease moving); an ID out of order never is
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
+			t.Fatalf("request %d (%s): %v", i, ways[i%len(ways)], err)
 		}
 		if ids[0] <= last {
-			t.Fatalf("request %d (%s) = %v, not above the reply before it (%d)", i, []string{"HTTP mono-1", "HTTP mono-2", "NATS", "NATS"}[i%4], ids, last)
+			t.Fatalf("request %d (%s) = %v, not above the reply before it (%d)", i, ways[i%len(ways)], ids, last)
 		}
 		for j := 1; j < len(ids); j++ {
 			if ids[j] <= ids[j-1] {
@@ -116,19 +126,17 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 			}
 		}
 		last = ids[len(ids)-1]
+		answered[i%len(ways)]++
 	}
 
-	// The follower's HTTP requests went to the leader.
-	var forwarded, leaders uint64
+	// The follower's HTTP requests went to the leader (whichever dispenser led when).
+	var forwarded, terms uint64
 	for _, d := range []*Dispenser{d1, d2} {
 		for _, ts := range d.mono.Stats().Tags {
-			forwarded += ts.Forwarded
-			if ts.Role == "leader" {
-				leaders++
-			}
+			forwarded, terms = forwarded+ts.Forwarded, terms+ts.Terms
 		}
 	}
-	if leaders != 1 || forwarded == 0 {
-		t.Fatalf("leaders %d, forwarded requests %d: want one leader and the follower's requests forwarded", leaders, forwarded)
+	if forwarded == 0 {
+		t.Fatalf("no request forwarded (leases taken: %d): want the follower's requests forwarded to the leader", terms)
 	}
 }
