@@ -165,6 +165,9 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	streamCfg.Prefix = cfg.Prefix
 	streamCfg.Specs = cfg.Pools
 	streamCfg.Segments = d.mono.OrdinaryOnly(d.segments)
+	// Batches a pool stored before its tag was marked monotonic are purged, not left for
+	// a job to take after IDs the leader has handed out since.
+	streamCfg.Excluded = d.mono.IsMonotonic
 	streamCfg.Snowflakes = d.snowflakes
 	streamCfg.Replicas = cfg.KVReplicas
 	streamCfg.Logger = d.log.With("component", "pool-stream")

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -138,5 +140,73 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 	}
 	if forwarded == 0 {
 		t.Fatalf("no request forwarded (leases taken: %d): want the follower's requests forwarded to the leader", terms)
+	}
+}
+
+// TestMarkPurgesPoolStream: batches the LEAF_POOL stream stored for a tag before it was
+// marked monotonic are purged once the dispenser sees the mark, so no bulk job takes IDs
+// below those the leader hands out from then on; none are published while it stays so.
+func TestMarkPurgesPoolStream(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.NodeID = "mono-pool"
+	spec, err := pools.ParseSpec("segment:later:3:4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pools = pools.Specs{spec}
+	d, err := newTest(t, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runUntilCleanup(t, d)
+	nc, err := nats.Connect(d.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl, err := client.NewClient(nc, client.WithHedge(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	step := int64(1000)
+	if _, err := cl.AddTag(ctx, wire.AddTagRequest{Tag: "later", Step: &step}); err != nil {
+		t.Fatalf("add the tag: %v", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := wire.Subjects{Prefix: cfg.Prefix}.Pool(wire.Segment, "later")
+	stored := func() int {
+		st, err := js.Stream(ctx, wire.Subjects{Prefix: cfg.Prefix}.PoolStream())
+		if err != nil {
+			return -1
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			return -1
+		}
+		return int(info.State.Subjects[subject])
+	}
+	testutil.Eventually(t, 30*time.Second, "the pool stream to hold 4 batches of the ordinary tag", func() bool { return stored() == 4 })
+
+	on := true
+	if _, err := cl.UpdateTag(ctx, wire.UpdateTagRequest{Tag: "later", Monotonic: &on}); err != nil {
+		t.Fatalf("mark the tag monotonic: %v", err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the pool stream to purge the monotonic tag's batches", func() bool { return stored() == 0 })
+	c, err := client.NewConsumer(ctx, js, cfg.Prefix, wire.Segment, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nctx, ncancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer ncancel()
+	if ids, err := c.Next(nctx); err == nil {
+		t.Fatalf("a bulk job took %d IDs of the monotonic tag: %v", len(ids), ids)
+	}
+	if n := stored(); n != 0 {
+		t.Fatalf("the pool stream holds %d batches of the monotonic tag after a wait", n)
 	}
 }

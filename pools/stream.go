@@ -40,6 +40,12 @@ type StreamConfig struct {
 	// pool of its kind is configured.
 	Segments   SegmentSource
 	Snowflakes SnowflakeSource
+	// Excluded, when set, is asked before each top-up of a segment pool whether its tag
+	// must not be pooled at all (a monotonic tag: a batch cut ahead of time would reach
+	// a job out of order). While it says so, nothing is published for the pool and the
+	// batches already in the stream for it are purged, so that no job takes them later;
+	// an error (the answer is not known yet) pauses the pool.
+	Excluded func(tag string) (bool, error)
 	// Replicas of the stream (--kv-replicas), 1 to 5. Default 1. Every dispenser of a
 	// deployment must use the same value: each one updates the stream to its own.
 	Replicas int
@@ -103,6 +109,7 @@ type streamPool struct {
 	consumer string
 
 	stored                             atomic.Int64 // messages on the subject when last looked
+	purged                             bool         // feeder's own: the subject was purged since the tag became excluded
 	published, duplicates, conflicts   atomic.Uint64
 	dropped, fillErrors, publishErrors atomic.Uint64
 	lastError                          atomic.Pointer[string]
@@ -353,6 +360,14 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 	var pending *streamBatch
 	bo := backoff.New(retryPolicy)
 	for ctx.Err() == nil {
+		if s.excluded(ctx, p, logger) {
+			if pending != nil {
+				p.dropped.Add(1) // cut before the tag was excluded: a gap, never a late batch
+				pending = nil
+			}
+			backoff.Sleep(ctx, s.cfg.Poll)
+			continue
+		}
 		if pending == nil {
 			full, err := s.full(ctx, p)
 			if err != nil {
@@ -501,6 +516,51 @@ func (s *Stream) publish(ctx context.Context, p *streamPool, b *streamBatch) (pu
 		b.unsureSince = time.Now()
 	}
 	return 0, fmt.Errorf("publish %s to %s, outcome unknown (retried with the same message ID): %w", b.msgID, p.subject, err)
+}
+
+// excluded reads whether p's tag must not be pooled now, purging the subject once each
+// time it becomes so; a failed read or purge counts as excluded, so that the pool
+// pauses and asks again.
+func (s *Stream) excluded(ctx context.Context, p *streamPool, logger *slog.Logger) bool {
+	if s.cfg.Excluded == nil || p.spec.Kind != wire.Segment {
+		return false
+	}
+	ex, err := s.cfg.Excluded(p.spec.Tag)
+	if err != nil {
+		p.fillErrors.Add(1)
+		msg := err.Error()
+		p.lastError.Store(&msg)
+		return true
+	}
+	if !ex {
+		p.purged = false
+		return false
+	}
+	if !p.purged {
+		if err := s.purge(ctx, p); err != nil {
+			p.publishErrors.Add(1)
+			logger.Warn("pools: the pool's tag may not be pooled, and its batches could not be purged; retrying", "err", err)
+			return true
+		}
+		p.purged = true
+		logger.Warn("pools: the pool's tag may not be pooled (it is monotonic): purged its batches from the stream; none are published while it stays so")
+	}
+	return true
+}
+
+// purge removes every batch on p's subject, ready or delivered and not yet acked (a
+// job whose ack then fails drops the batch unused).
+func (s *Stream) purge(ctx context.Context, p *streamPool) error {
+	s.mu.Lock()
+	st := s.stream
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(p.subject)); err != nil {
+		return fmt.Errorf("purge %s from stream %s: %w", p.subject, s.name, err)
+	}
+	p.stored.Store(0)
+	return nil
 }
 
 // source fills ids from the pool's generator.

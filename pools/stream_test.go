@@ -643,3 +643,58 @@ func TestStreamReplicated(t *testing.T) {
 		t.Errorf("stream replicas %d, want 3", r)
 	}
 }
+
+// TestStreamExcludedTag: once a pool's tag may no longer be pooled (it was marked
+// monotonic), the batches already in the stream are purged, so no job takes IDs cut
+// before the mark, nothing more is published, and a job's Next finds nothing; a failed
+// answer pauses the pool without purging; once the tag may be pooled again the pool
+// fills up again.
+func TestStreamExcludedTag(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	const subject = "leaf.pool.segment.orders"
+	var mode atomic.Int32 // 0 pooled, 1 excluded, 2 unknown
+	excluded := func(tag string) (bool, error) {
+		if tag != "orders" {
+			t.Errorf("Excluded asked about %q", tag)
+		}
+		switch mode.Load() {
+		case 1:
+			return true, nil
+		case 2:
+			return false, errors.New("marks not loaded")
+		}
+		return false, nil
+	}
+	s := mustNewStream(t, StreamConfig{
+		JetStream: newJS(t, ns),
+		Specs:     []Spec{{Kind: wire.Segment, Tag: "orders", Size: 10, Depth: 3}, {Kind: wire.Snowflake, Tag: "events", Size: 10, Depth: 2}},
+		Segments:  &countingSource{}, Snowflakes: snowflakeFake{&countingSource{}}, Excluded: excluded,
+	})
+	testutil.Run(t, "Stream.Run", s.Run)
+	js := newJS(t, ns)
+	waitCount(t, js, subject, 3)
+
+	mode.Store(2)
+	waitStreamStats(t, s, 0, "a fill error while the answer is unknown", func(st StreamStats) bool { return st.FillErrors > 0 })
+	if n := subjectCount(t, js, subject); n != 3 {
+		t.Fatalf("the pool holds %d batches while the answer is unknown, want the 3 it had", n)
+	}
+
+	mode.Store(1)
+	waitCount(t, js, subject, 0)
+	published := s.Stats()[0].Published
+	c := mustConsumer(t, js, wire.Segment, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if ids, err := c.Next(ctx); err == nil {
+		t.Fatalf("a job took %d IDs of an excluded tag", len(ids))
+	}
+	if got := s.Stats()[0].Published; got != published {
+		t.Fatalf("published %d batches after the tag was excluded", got-published)
+	}
+	waitCount(t, js, "leaf.pool.snowflake.events", 2) // other pools carry on
+
+	mode.Store(0)
+	waitCount(t, js, subject, 3)
+}
