@@ -81,3 +81,20 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselineSamplesAfterTheDispenser: the echo's canned reply is sampled once the
+// dispenser's first phase has run, so it has the size of the replies under load: here
+// IDs count from 1, so a sample taken before the load would be 1 byte, not 3.
+func TestBaselineSamplesAfterTheDispenser(t *testing.T) {
+	n := testenv.StartNATS(t)
+	f := startFake(t, n, faults{})
+	f.mu.Lock()
+	f.next = 1
+	f.mu.Unlock()
+	cfg := testConfig(n)
+	cfg.Baseline = "echo"
+	rep := runBounded(t, cfg)
+	if b := rep.Baseline; b == nil || len(b.PayloadBytes) != 1 || b.PayloadBytes[0] != 3 {
+		t.Fatalf("baseline %+v: want a canned reply of 3 bytes (an ID above 200)", b)
+	}
+}

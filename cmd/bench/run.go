@@ -49,15 +49,19 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, progressOut io.Wr
 	if err := spec.addChecks(cfg); err != nil {
 		return nil, err
 	}
-	// The baselines are set up first: with --rounds their phases take turns with the
-	// dispenser's.
 	var baselines []*baseline
-	for _, where := range cfg.baselines() {
-		b := setUpBaseline(ctx, cfg, where, subjects, clients, spec, logger)
-		defer b.stop()
-		baselines = append(baselines, b)
+	defer func() {
+		for _, b := range baselines {
+			b.stop()
+		}
+	}()
+	setUp := func() []*baseline {
+		for _, where := range cfg.baselines() {
+			baselines = append(baselines, setUpBaseline(ctx, cfg, where, subjects, clients, spec, logger))
+		}
+		return baselines
 	}
-	res, err := runRounds(ctx, cfg, clients, spec, baselines, progressOut, logger)
+	res, err := runRounds(ctx, cfg, clients, spec, setUp, progressOut, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -128,9 +132,13 @@ func (r *Report) addBaselines(baselines []*baseline) {
 
 // runRounds runs the dispenser's phase, then each baseline's, --rounds times over, and
 // returns the dispenser's results summed over the rounds (the baselines keep theirs).
-func runRounds(ctx context.Context, cfg Config, clients []*benchConn, spec *loadSpec, baselines []*baseline, progressOut io.Writer, logger *slog.Logger) (*phaseResult, error) {
+// The baselines are set up (setUp) after the dispenser's first phase: the echo's canned
+// replies are sampled from the dispenser then, so they have the size its replies have
+// under load (a fresh tag's first IDs are shorter).
+func runRounds(ctx context.Context, cfg Config, clients []*benchConn, spec *loadSpec, setUp func() []*baseline, progressOut io.Writer, logger *slog.Logger) (*phaseResult, error) {
 	rounds := max(cfg.Rounds, 1)
 	var total *phaseResult
+	var baselines []*baseline
 	for r := range rounds {
 		if r > 0 && ctx.Err() != nil {
 			break
@@ -140,6 +148,9 @@ func runRounds(ctx context.Context, cfg Config, clients []*benchConn, spec *load
 			return nil, err
 		}
 		total = total.merge(res)
+		if r == 0 && ctx.Err() == nil {
+			baselines = setUp()
+		}
 		for _, b := range baselines {
 			if b.echo == nil || ctx.Err() != nil {
 				continue
