@@ -279,6 +279,9 @@ func TestBufferClose(t *testing.T) {
 	nc := ns.Connect(t)
 	// A responder that never answers: the buffer's first fetch hangs until Close.
 	sub, err := nc.Subscribe("leaf.segment.slow", func(*nats.Msg) {})
+	if err == nil {
+		err = nc.Flush() // the server has the subscription before the buffer's first fetch
+	}
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
@@ -321,6 +324,9 @@ func TestBufferNextContext(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	nc := ns.Connect(t)
 	sub, err := nc.Subscribe("leaf.snowflake.slow", func(*nats.Msg) {})
+	if err == nil {
+		err = nc.Flush() // the server has the subscription before the buffer's first fetch
+	}
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
