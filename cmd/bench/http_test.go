@@ -85,9 +85,10 @@ func TestRunHTTP(t *testing.T) {
 		{"ClosedLoop", func(c *Config) { c.Clients, c.Inflight, c.Batch = 2, 4, 3 },
 			leafFaults{dupAt: 10, errAt: 20}, map[string]int64{"503": 1}},
 		{"OpenLoopSnowflakeTwoTagsTimeout", func(c *Config) {
-			// The held request costs one timeout of waiting; 2 s leaves room for a loaded
-			// machine under -race, where dialling the connections takes a while.
-			c.Clients, c.Rate, c.Inflight, c.Tags, c.Timeout = 2, 400, 1, []string{"a", "b"}, 2*time.Second
+			// The held request costs one timeout of waiting. In open loop a reply later
+			// than the timeout after its due time is a timeout too, so 5 s leaves room for
+			// a starved machine under -race (2 s saw a second timeout at load average 17).
+			c.Clients, c.Rate, c.Inflight, c.Tags, c.Timeout = 2, 400, 1, []string{"a", "b"}, 5*time.Second
 			c.Kind = wire.Snowflake // one ID space over both tags: the planted repeat is a duplicate
 		}, leafFaults{dupAt: 10, errAt: 20, holdAt: 30}, map[string]int64{"503": 1, "timeout": 1}},
 	} {
