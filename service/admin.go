@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -33,37 +32,36 @@ func tagInfo(t segment.Tag) wire.TagInfo {
 // admin wraps an admin call: it runs on its own goroutine (it is a store round trip,
 // which must not hold up the delivery goroutine), bounded by AdminTimeout, and answers
 // JSON or an error through the reply subject.
-func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)) micro.HandlerFunc {
-	return func(req micro.Request) {
+func (s *Service) admin(call func(ctx context.Context, body []byte) (any, error)) handler {
+	return func(e *endpoint, m *nats.Msg, _ time.Duration) outcome {
 		if s.cfg.Tags == nil {
-			s.fail(req, nil, fmt.Errorf("%w: tag admin is not configured on this dispenser", wire.ErrUnavailable))
-			return
+			s.fail(e, m, nil, fmt.Errorf("%w: tag admin is not configured on this dispenser", wire.ErrUnavailable))
+			return outcome{} // admin calls are not observed
 		}
 		if err := s.startWaiter(); err != nil {
-			s.fail(req, nil, err)
-			return
+			s.fail(e, m, nil, err)
+			return outcome{}
 		}
-		body := bytes.Clone(req.Data())
-		reply, subject := req.Reply(), req.Subject()
+		// nats.go gives every delivered message its own copy of the payload, so the body
+		// may be read after the handler returns.
+		body, reply, subject := m.Data, m.Reply, m.Subject
 		go func() {
 			defer s.endWaiter()
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AdminTimeout)
 			defer cancel()
-			m := &nats.Msg{Subject: reply}
 			v, err := call(ctx, body)
+			var b []byte
 			if err == nil {
-				m.Data, err = json.Marshal(v)
+				b, err = json.Marshal(v)
 			}
 			if err != nil {
 				code, desc := s.describe(subject, nil, err)
-				m.Header = nats.Header{
-					wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
-					wire.ServiceErrorHeader:     []string{desc},
-				}
-				m.Data = nil
+				s.replyError(e, subject, reply, code, desc)
+				return
 			}
-			s.publish(subject, m)
+			s.reply(e, subject, reply, b)
 		}()
+		return outcome{}
 	}
 }
 

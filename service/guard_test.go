@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
@@ -129,9 +128,10 @@ func TestReplyGuardDropsForbiddenTargets(t *testing.T) {
 	// Every forbidden request is counted once it was handled; wait for the counts.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, r := range requests {
-		for svc.refused[r.endpoint].Load() < uint64(len(targets)) {
+		refused := &svc.endpoint(r.endpoint).refused
+		for refused.Load() < uint64(len(targets)) {
 			if time.Now().After(deadline) {
-				t.Fatalf("endpoint %s: %d refused replies counted, want %d", r.endpoint, svc.refused[r.endpoint].Load(), len(targets))
+				t.Fatalf("endpoint %s: %d refused replies counted, want %d", r.endpoint, refused.Load(), len(targets))
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -154,7 +154,7 @@ func TestReplyGuardDropsForbiddenTargets(t *testing.T) {
 	if _, err := js.KeyValue(ctx, "leaf_leases"); err != nil {
 		t.Errorf("leaf_leases after the deputy replies: %v", err)
 	}
-	if st := svc.endpointStats("segment"); st == nil || st.(map[string]any)["refused_replies"] != uint64(len(targets)) {
+	if st := svc.endpointStats(svc.endpoint("segment")); st == nil || st.(map[string]any)["refused_replies"] != uint64(len(targets)) {
 		t.Errorf("segment endpoint stats %v: want refused_replies %d", st, len(targets))
 	}
 	// The update asked with forbidden replies never ran: each was dropped before it.
@@ -176,13 +176,16 @@ func TestReplyGuardLogsAtARate(t *testing.T) {
 		log:      func(_, _, _ string, n uint64) { lines = append(lines, n) },
 	}
 	var refused atomic.Uint64
-	h := g.wrap("segment", &refused, func(micro.Request) { t.Fatal("handler ran for a refused reply") })
 	for i := range 10 {
 		now = int64(time.Minute) + int64(i)*int64(time.Second)
-		h(fakeRequest{reply: "$KV.x." + strconv.Itoa(i)})
+		if g.allow("segment", &refused, "leaf.segment.orders", "$KV.x."+strconv.Itoa(i)) {
+			t.Fatal("a refused reply allowed")
+		}
 	}
 	now = 3 * int64(time.Minute)
-	h(fakeRequest{reply: "$JS.y"})
+	if g.allow("segment", &refused, "leaf.segment.orders", "$JS.y") {
+		t.Fatal("a refused reply allowed")
+	}
 	if refused.Load() != 11 {
 		t.Errorf("refused %d, want 11", refused.Load())
 	}
@@ -190,14 +193,3 @@ func TestReplyGuardLogsAtARate(t *testing.T) {
 		t.Errorf("log lines with counts %v, want [1 10]", lines)
 	}
 }
-
-// fakeRequest is a micro.Request with only a subject and reply: the guard reads nothing else.
-type fakeRequest struct{ reply string }
-
-func (fakeRequest) Respond([]byte, ...micro.RespondOpt) error                { return nil }
-func (fakeRequest) RespondJSON(any, ...micro.RespondOpt) error               { return nil }
-func (fakeRequest) Error(_, _ string, _ []byte, _ ...micro.RespondOpt) error { return nil }
-func (fakeRequest) Data() []byte                                             { return nil }
-func (fakeRequest) Headers() micro.Headers                                   { return nil }
-func (fakeRequest) Subject() string                                          { return "leaf.segment.orders" }
-func (r fakeRequest) Reply() string                                          { return r.reply }

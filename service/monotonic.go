@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -37,40 +35,40 @@ type Monotonic interface {
 // n IDs answered, or the error to answer, or 0 and nil when the request was handed to
 // the Manager and is answered (and observed) when it calls back. A monotonic tag is
 // never answered from a pool or the ordinary buffers: those are cut ahead of time.
-func (s *Service) serveMonotonic(req micro.Request, tag string, n int, enc wire.Encoding, start time.Duration) (mine bool, answered int, err error) {
+func (s *Service) serveMonotonic(e *endpoint, m *nats.Msg, tag string, n int, enc wire.Encoding, start time.Duration) (mine bool, answered int, err error) {
 	mono, err := s.cfg.Monotonic.IsMonotonic(tag)
 	if err != nil {
 		if loading := s.marksLoading(); loading != nil {
-			return true, 0, s.waitForMarks(req, tag, n, enc, start, loading)
+			return true, 0, s.waitForMarks(e, m, tag, n, enc, start, loading)
 		}
 		return true, 0, err
 	}
 	if !mono {
 		return false, 0, nil
 	}
-	p := s.getIDs(n)
-	ok, err := s.cfg.Monotonic.TryFill(tag, *p)
+	// Answered here, the IDs and the reply are the endpoint's scratch space, as for
+	// any tag; a request that waits takes its own from the pool below.
+	ids := e.scratchIDs(n)
+	ok, err := s.cfg.Monotonic.TryFill(tag, ids)
 	switch {
 	case err != nil:
-		s.putIDs(p)
 		return true, 0, err
 	case ok:
 		s.segStats.idsIssued.Add(uint64(n))
-		s.respondIDs(req, p, enc)
+		s.reply(e, m.Subject, m.Reply, e.encode(ids, enc))
 		return true, n, nil
 	}
 	// Forwarded to the leader, or waiting for the leader's next segment.
 	if err := s.startSegmentWaiter(); err != nil {
-		s.putIDs(p)
 		return true, 0, err
 	}
 	s.segStats.waited.Add(1)
-	// The answer goes through the reply subject, not req: micro reads req's state once
-	// the handler returns. The waiter slot makes Stop wait for it before closing.
-	reply, subject := req.Reply(), req.Subject()
+	// The waiter slot makes Stop wait for the answer before closing.
+	reply, subject := m.Reply, m.Subject
+	p := s.getIDs(n)
 	s.fillMonotonic(tag, *p, func(err error) {
 		defer s.endWaiter()
-		s.answerMonotonic(subject, reply, p, enc, start, err)
+		s.answerWaited(e, subject, reply, wire.Segment, &s.segStats, p, enc, start, err)
 	})
 	return true, 0, nil
 }
@@ -101,12 +99,12 @@ func (s *Service) marksLoading() <-chan struct{} {
 // WaitMax, as a request for a tag not loaded yet is: no tag can be served before its
 // mark is known, and a 503 at once would send a restarted dispenser's first requests
 // back to its clients. It returns the error to answer at once, or nil.
-func (s *Service) waitForMarks(req micro.Request, tag string, n int, enc wire.Encoding, start time.Duration, loading <-chan struct{}) error {
+func (s *Service) waitForMarks(e *endpoint, m *nats.Msg, tag string, n int, enc wire.Encoding, start time.Duration, loading <-chan struct{}) error {
 	if err := s.startSegmentWaiter(); err != nil {
 		return err
 	}
 	s.segStats.waited.Add(1)
-	reply, subject := req.Reply(), req.Subject()
+	reply, subject := m.Reply, m.Subject
 	p := s.getIDs(n)
 	go func() {
 		defer s.endWaiter()
@@ -119,7 +117,7 @@ func (s *Service) waitForMarks(req micro.Request, tag string, n int, enc wire.En
 		case <-ctx.Done():
 			err = fmt.Errorf("%w: the monotonic tag marks did not load within %v", wire.ErrUnavailable, s.cfg.WaitMax)
 		}
-		s.answerMonotonic(subject, reply, p, enc, start, err)
+		s.answerWaited(e, subject, reply, wire.Segment, &s.segStats, p, enc, start, err)
 	}()
 	return nil
 }
@@ -181,32 +179,6 @@ func (s *Service) fillMonotonic(tag string, ids []int64, done func(error)) {
 		}
 		done(err)
 	}()
-}
-
-// answerMonotonic publishes the answer of a monotonic request that waited, ids or err
-// with its code, and observes it like every other answer; ids go back to the pool.
-func (s *Service) answerMonotonic(subject, reply string, p *[]int64, enc wire.Encoding, start time.Duration, err error) {
-	kind := wire.Segment.String()
-	if err != nil {
-		s.putIDs(p)
-		s.segStats.waitErrors.Add(1)
-		code, desc := s.describe(subject, &s.segStats, err)
-		s.publish(subject, &nats.Msg{Subject: reply, Header: nats.Header{
-			wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
-			wire.ServiceErrorHeader:     []string{desc},
-		}})
-		s.observe(kind, code, start, 0)
-		return
-	}
-	n := len(*p)
-	s.segStats.idsIssued.Add(uint64(n))
-	bp := s.getBuf(n * wire.MaxTextID)
-	b := wire.AppendIDs((*bp)[:0], *p, enc)
-	s.putIDs(p)
-	s.publish(subject, &nats.Msg{Subject: reply, Data: b})
-	*bp = b
-	s.bufs.Put(bp)
-	s.observe(kind, codeOK, start, n)
 }
 
 // errMonotonicOff answers an admin request that sets "monotonic" on a dispenser built

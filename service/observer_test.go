@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
-	"github.com/leafbus/leafbus/wire"
 )
 
 // countingSegments hands out consecutive IDs from memory for every tag but "late"
@@ -128,20 +127,9 @@ func TestObserver(t *testing.T) {
 	}
 }
 
-// benchRequest is a micro.Request of one segment ID whose answer goes nowhere: what
-// the handler itself costs, without the network.
-type benchRequest struct{}
-
-func (benchRequest) Respond([]byte, ...micro.RespondOpt) error                { return nil }
-func (benchRequest) RespondJSON(any, ...micro.RespondOpt) error               { return nil }
-func (benchRequest) Error(_, _ string, _ []byte, _ ...micro.RespondOpt) error { return nil }
-func (benchRequest) Data() []byte                                             { return nil }
-func (benchRequest) Headers() micro.Headers                                   { return nil }
-func (benchRequest) Subject() string                                          { return "leaf.segment.orders" }
-func (benchRequest) Reply() string                                            { return "_INBOX.x" }
-
-// BenchmarkHandleIDs is one segment ID through the endpoint's handler, with and without
-// the Prometheus metrics observing it: observing allocates nothing.
+// BenchmarkHandleIDs is one segment ID through the endpoint's delivery (guard, handler,
+// counts), with and without the Prometheus metrics observing it: observing allocates
+// nothing. The reply goes to an inbox no one listens on.
 func BenchmarkHandleIDs(b *testing.B) {
 	ns := testenv.StartNATS(b)
 	m, err := metrics.New(metrics.Config{})
@@ -160,11 +148,11 @@ func BenchmarkHandleIDs(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer svc.Stop()
-			h := svc.handleIDs(wire.Segment)
-			var req benchRequest
+			deliver := svc.deliver(svc.endpoint("segment"))
+			msg := &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.x"}
 			b.ReportAllocs()
 			for b.Loop() {
-				h(req)
+				deliver(msg)
 			}
 		})
 	}

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
@@ -140,28 +141,38 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Service is the dispenser's NATS face: a micro service named after the prefix, in the
-// queue group of the same name, with endpoints for segment and snowflake IDs, decoding
-// and tag admin. It owns its connection, so that stopping it can drain every request
-// already delivered without cutting the connection the heartbeats use.
+// Service is the dispenser's NATS face: a service named after the prefix, in the queue
+// group of the same name, with endpoints for segment and snowflake IDs, decoding and tag
+// admin, which the NATS service API ($SRV PING, INFO and STATS; `nats micro`) lists and
+// counts as it does any nats.go/micro service. It owns its connection, so that stopping
+// it can drain every request already delivered without cutting the connection the
+// heartbeats use.
+//
+// Each endpoint is a plain queue subscription rather than a micro endpoint, and answers
+// with a plain publish: on the ID subjects micro's request wrapper, reply message,
+// clocks and lock per request cost about as much CPU as the dispenser's own work
+// (BENCHMARKS.md, issue 14), and an ID reply here allocates nothing.
 type Service struct {
-	cfg    Config
-	nc     *nats.Conn
-	svc    micro.Service
-	logger *slog.Logger
+	cfg      Config
+	nc       *nats.Conn
+	logger   *slog.Logger
+	id       string            // this instance's ID in $SRV
+	metadata map[string]string // $SRV metadata (Config.metadata); never written after New
+	started  time.Time         // as $SRV.STATS shows it
 
 	subjects         wire.Subjects
 	segmentSubject   string // "leaf.segment." : the tag follows
 	snowflakeSubject string
 	guard            *replyGuard
-	refused          map[string]*atomic.Uint64 // per endpoint: requests whose reply subject was refused
+	endpoints        []*endpoint
+	verbSubs         []*nats.Subscription
 
 	waiting  chan struct{} // a slot per request waiting off the delivery goroutine
 	waitMu   sync.Mutex    // orders startWaiter's wg.Add before Stop's wg.Wait
 	stopping bool          // under waitMu: no new waiter may start
 	wg       sync.WaitGroup
-	ids      sync.Pool // *[]int64
-	bufs     sync.Pool // *[]byte
+	ids      sync.Pool // *[]int64, for requests answered off the delivery goroutine
+	bufs     sync.Pool // *[]byte, likewise
 
 	segStats, sfStats endpointCounters
 	observer          Observer  // nil: nothing observed
@@ -171,8 +182,8 @@ type Service struct {
 	stopErr           error
 }
 
-// endpointCounters are the service's own figures per ID endpoint; micro counts
-// requests and errors answered inline, these add what it cannot see.
+// endpointCounters are the service's own figures per ID endpoint, shown as the data of
+// its $SRV.STATS entry beside the request and error counts.
 type endpointCounters struct {
 	waited      atomic.Uint64 // requests answered off the delivery goroutine
 	waitErrors  atomic.Uint64 // of those, answered with an error
@@ -182,8 +193,11 @@ type endpointCounters struct {
 	lastErrText atomic.Value // string
 }
 
-// NewService registers the service on nc, which it then owns (Stop drains and closes
-// it). Requests are served from the moment it returns.
+// description is the service's $SRV.INFO description.
+const description = "Leaf ID dispenser: segment and snowflake IDs over NATS"
+
+// New registers the service on nc, which it then owns (Stop drains and closes it).
+// Requests are served from the moment it returns.
 func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -195,54 +209,35 @@ func New(nc *nats.Conn, cfg Config) (*Service, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	subjects := wire.Subjects{Prefix: cfg.Prefix}
 	s := &Service{
 		cfg:              cfg,
 		nc:               nc,
 		logger:           logger,
-		subjects:         wire.Subjects{Prefix: cfg.Prefix},
-		segmentSubject:   wire.Subjects{Prefix: cfg.Prefix}.IDsPrefix(wire.Segment),
-		snowflakeSubject: wire.Subjects{Prefix: cfg.Prefix}.IDsPrefix(wire.Snowflake),
-		refused:          map[string]*atomic.Uint64{},
+		id:               strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix), // a NUID, as micro's
+		metadata:         cfg.metadata(),
+		subjects:         subjects,
+		segmentSubject:   subjects.IDsPrefix(wire.Segment),
+		snowflakeSubject: subjects.IDsPrefix(wire.Snowflake),
 		waiting:          make(chan struct{}, cfg.MaxWaiting),
 		observer:         cfg.Observer,
 		epoch:            time.Now(),
 	}
 	s.rejecter, _ = cfg.Observer.(rejecter)
-	s.guard = newReplyGuard(s.subjects, logger)
-	endpoints := s.endpoints()
-	for _, e := range endpoints {
-		s.refused[e.name] = new(atomic.Uint64) // before the stats handler can read the map
-	}
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        cfg.Prefix,
-		Version:     cfg.Version,
-		Description: "Leaf ID dispenser: segment and snowflake IDs over NATS",
-		QueueGroup:  cfg.Prefix,
-		Metadata:    cfg.metadata(),
-		StatsHandler: func(e *micro.Endpoint) any {
-			return s.endpointStats(e.Name)
-		},
-		ErrorHandler: func(_ micro.Service, err *micro.NATSError) {
-			logger.Error("service subscription error", "subject", err.Subject, "err", err.Description)
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("add micro service %q: %w", cfg.Prefix, err)
-	}
-	s.svc = svc
-	for _, e := range endpoints {
-		h := s.guard.wrap(e.name, s.refused[e.name], e.handler)
-		if err := svc.AddEndpoint(e.name, h, micro.WithEndpointSubject(e.subject)); err != nil {
-			svc.Stop()
-			return nil, fmt.Errorf("add endpoint %s on %q: %w", e.name, e.subject, err)
-		}
+	s.guard = newReplyGuard(subjects, logger)
+	s.endpoints = s.newEndpoints()
+	s.watchAsyncErrors()
+	if err := s.subscribe(); err != nil {
+		s.unsubscribe()
+		return nil, err
 	}
 	// Subscriptions reach the server asynchronously; a round trip makes sure it has them
 	// all, so that a dispenser that says it serves does not answer "no responders".
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {
-		svc.Stop()
+		s.unsubscribe()
 		return nil, fmt.Errorf("register service %q with the NATS server: %w", cfg.Prefix, err)
 	}
+	s.started = time.Now().UTC()
 	return s, nil
 }
 
@@ -256,22 +251,72 @@ func (c Config) metadata() map[string]string {
 	return m
 }
 
-// endpoint is one subject of the service and its handler.
-type endpoint struct {
-	name, subject string
-	handler       micro.HandlerFunc
+func (s *Service) newEndpoints() []*endpoint {
+	sub := s.subjects
+	return []*endpoint{
+		{name: "segment", subject: sub.IDsWildcard(wire.Segment), handle: s.handleIDs(wire.Segment)},
+		{name: "snowflake", subject: sub.IDsWildcard(wire.Snowflake), handle: s.handleIDs(wire.Snowflake)},
+		{name: "decode", subject: sub.Decode(), handle: s.handleDecode},
+		{name: "tags-add", subject: sub.AdminTags("add"), handle: s.admin(s.addTag)},
+		{name: "tags-list", subject: sub.AdminTags("list"), handle: s.admin(s.listTags)},
+		{name: "tags-update", subject: sub.AdminTags("update"), handle: s.admin(s.updateTag)},
+	}
 }
 
-func (s *Service) endpoints() []endpoint {
-	sub := s.subjects
-	return []endpoint{
-		{"segment", sub.IDsWildcard(wire.Segment), s.handleIDs(wire.Segment)},
-		{"snowflake", sub.IDsWildcard(wire.Snowflake), s.handleIDs(wire.Snowflake)},
-		{"decode", sub.Decode(), s.handleDecode},
-		{"tags-add", sub.AdminTags("add"), s.admin(s.addTag)},
-		{"tags-list", sub.AdminTags("list"), s.admin(s.listTags)},
-		{"tags-update", sub.AdminTags("update"), s.admin(s.updateTag)},
+// subscribe subscribes every endpoint, in the queue group, and the $SRV verbs.
+func (s *Service) subscribe() error {
+	for _, e := range s.endpoints {
+		sub, err := s.nc.QueueSubscribe(e.subject, s.cfg.Prefix, s.deliver(e))
+		if err != nil {
+			return fmt.Errorf("add endpoint %s on %q: %w", e.name, e.subject, err)
+		}
+		e.sub = sub
 	}
+	return s.subscribeVerbs()
+}
+
+// endpoint returns the endpoint named name, nil if there is none.
+func (s *Service) endpoint(name string) *endpoint {
+	for _, e := range s.endpoints {
+		if e.name == name {
+			return e
+		}
+	}
+	return nil
+}
+
+// unsubscribe undoes a subscribe that failed half way.
+func (s *Service) unsubscribe() {
+	for _, e := range s.endpoints {
+		if e.sub != nil {
+			_ = e.sub.Unsubscribe() // the connection's error is the one New reports
+		}
+	}
+	for _, sub := range s.verbSubs {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// watchAsyncErrors counts an asynchronous error on an endpoint's subscription (a slow
+// consumer: NATS dropped requests; a refused subscription) as an error of that endpoint
+// and logs it, as micro does, then hands it on to the connection's own handler. The
+// endpoint is found by subject and queue, not by its *Subscription, which subscribe
+// writes on another goroutine.
+func (s *Service) watchAsyncErrors() {
+	prev := s.nc.ErrorHandler()
+	s.nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		if sub != nil {
+			for _, e := range s.endpoints {
+				if sub.Subject == e.subject && sub.Queue == s.cfg.Prefix {
+					e.failed(err.Error())
+				}
+			}
+			s.logger.Error("service subscription error", "subject", sub.Subject, "err", err)
+		}
+		if prev != nil {
+			prev(nc, sub, err)
+		}
+	})
 }
 
 // errOverloaded is the refusal when MaxWaiting requests are already waiting.
@@ -301,9 +346,6 @@ func (s *Service) endWaiter() {
 	s.wg.Done()
 }
 
-// Info is the service's $SRV.INFO answer.
-func (s *Service) Info() micro.Info { return s.svc.Info() }
-
 // Stop stops taking requests, answers every request already delivered (including
 // those waiting for a segment, at most WaitMax), then closes the connection. The
 // result of the first call is returned by every call.
@@ -314,11 +356,17 @@ func (s *Service) Stop() error {
 
 func (s *Service) stop() error {
 	var errs []error
-	if err := s.svc.Stop(); err != nil {
-		errs = append(errs, fmt.Errorf("stop service: %w", err))
+	subs := slices.Clone(s.verbSubs)
+	for _, e := range s.endpoints {
+		subs = append(subs, e.sub)
 	}
-	// micro drains the subscriptions asynchronously: wait until every one is gone,
-	// meaning every message delivered before the stop went through its handler.
+	for _, sub := range subs {
+		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, fmt.Errorf("stop service: drain %s: %w", sub.Subject, err))
+		}
+	}
+	// Draining is asynchronous: wait until every subscription is gone, meaning every
+	// message delivered before the stop went through its handler.
 	deadline := time.Now().Add(s.cfg.WaitMax + 5*time.Second)
 	for s.nc.NumSubscriptions() > 0 && !s.nc.IsClosed() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -339,21 +387,23 @@ func (s *Service) stop() error {
 
 // handleIDs serves leaf.segment.<tag> and leaf.snowflake.<tag>. Everything here runs
 // on the endpoint's delivery goroutine, serially, so nothing here may wait on I/O: a
-// segment that is not in memory is waited for on a goroutine of its own.
-func (s *Service) handleIDs(kind wire.Kind) micro.HandlerFunc {
+// segment that is not in memory is waited for on a goroutine of its own. A request that
+// is answered here allocates nothing: the tag is a slice of the subject, the IDs and
+// the reply are the endpoint's scratch space, and the reply is a plain publish.
+func (s *Service) handleIDs(kind wire.Kind) handler {
 	subjectPrefix, counters := s.segmentSubject, &s.segStats
 	if kind == wire.Snowflake {
 		subjectPrefix, counters = s.snowflakeSubject, &s.sfStats
 	}
-	return func(req micro.Request) {
-		start := s.clock()
-		n, err := s.serveIDs(req, kind, subjectPrefix, counters, start)
+	return func(e *endpoint, m *nats.Msg, start time.Duration) outcome {
+		n, err := s.serveIDs(e, m, kind, subjectPrefix, counters, start)
 		switch {
 		case err != nil:
-			s.observe(kind.String(), s.fail(req, counters, err), start, 0)
+			return outcome{kind.String(), s.fail(e, m, counters, err), 0}
 		case n > 0:
-			s.observe(kind.String(), codeOK, start, n)
+			return outcome{kind.String(), codeOK, n}
 		}
+		return outcome{}
 	}
 }
 
@@ -363,23 +413,15 @@ const codeOK = 200
 // serveIDs parses one ID request and answers it with IDs, returning how many; or returns
 // the error to answer instead; or hands the request to waitForSegment (or, refused by a
 // generator that may issue again soon, waitForSnowflake), which answers and observes it
-// later, and returns 0 and no error.
-func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix string, counters *endpointCounters, start time.Duration) (int, error) {
-	subject := req.Subject()
-	tag := subject[min(len(subjectPrefix), len(subject)):]
-	if err := wire.CheckTag(tag); err != nil {
-		return 0, err
-	}
-	n, err := wire.ParseCount(req.Data(), s.cfg.MaxBatch)
-	if err != nil {
-		return 0, err
-	}
-	enc, err := wire.ParseEncoding(req.Headers().Get(wire.EncodingHeader))
+// later, and returns 0 and no error (or the refusal to answer when it cannot wait).
+func (s *Service) serveIDs(e *endpoint, m *nats.Msg, kind wire.Kind, subjectPrefix string, counters *endpointCounters, start time.Duration) (int, error) {
+	tag := m.Subject[min(len(subjectPrefix), len(m.Subject)):]
+	n, enc, err := s.parseIDsRequest(tag, m)
 	if err != nil {
 		return 0, err
 	}
 	if kind == wire.Segment && s.cfg.Monotonic != nil { // service/monotonic.go
-		if mine, answered, err := s.serveMonotonic(req, tag, n, enc, start); mine {
+		if mine, answered, err := s.serveMonotonic(e, m, tag, n, enc, start); mine {
 			return answered, err
 		}
 	}
@@ -387,19 +429,17 @@ func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix stri
 		if reply, ok := s.cfg.Batches.Take(kind, tag, n, enc); ok {
 			counters.pooled.Add(1)
 			counters.idsIssued.Add(uint64(n))
-			s.respond(req, reply)
+			s.reply(e, m.Subject, m.Reply, reply)
 			return n, nil
 		}
 	}
-	p := s.getIDs(n)
-	ids := *p
+	ids := e.scratchIDs(n)
 	switch kind {
 	case wire.Snowflake:
 		if s.cfg.Snowflakes == nil {
 			err = fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
 		} else if err = s.cfg.Snowflakes.Fill(ids); mayResume(err) {
-			s.waitForSnowflake(req, p, enc, start, err) // snowflake_wait.go
-			return 0, nil
+			return 0, s.waitForSnowflake(e, m, n, enc, start, err) // snowflake_wait.go
 		}
 	default:
 		if s.cfg.Segments == nil {
@@ -408,113 +448,107 @@ func (s *Service) serveIDs(req micro.Request, kind wire.Kind, subjectPrefix stri
 		}
 		var ok bool
 		if ok, err = s.cfg.Segments.TryFill(tag, ids); err == nil && !ok {
-			s.waitForSegment(req, tag, p, enc, start)
-			return 0, nil
+			return 0, s.waitForSegment(e, m, tag, n, enc, start)
 		}
 	}
 	if err != nil {
-		s.putIDs(p)
 		return 0, err
 	}
 	counters.idsIssued.Add(uint64(n))
-	s.respondIDs(req, p, enc)
+	s.reply(e, m.Subject, m.Reply, e.encode(ids, enc))
 	return n, nil
 }
 
-// clock is the time since the service started, when there is an Observer to time
-// requests for: one read of the monotonic clock, where time.Now reads the wall clock too.
-func (s *Service) clock() time.Duration {
-	if s.observer == nil {
-		return 0
+// parseIDsRequest checks the tag and reads the count and the encoding of an ID request.
+func (s *Service) parseIDsRequest(tag string, m *nats.Msg) (int, wire.Encoding, error) {
+	if err := wire.CheckTag(tag); err != nil {
+		return 0, 0, err
 	}
+	n, err := wire.ParseCount(m.Data, s.cfg.MaxBatch)
+	if err != nil {
+		return 0, 0, err
+	}
+	enc, err := wire.ParseEncoding(m.Header.Get(wire.EncodingHeader))
+	return n, enc, err
+}
+
+// now is the time since the service started on the monotonic clock alone (time.Now
+// reads the wall clock too): requests are timed with it.
+func (s *Service) now() time.Duration {
 	return time.Since(s.epoch)
 }
 
-// observe tells the Observer about one answer of kind, received at start (clock).
+// observe tells the Observer about one answer of kind, received at start (now).
 func (s *Service) observe(kind string, code int, start time.Duration, ids int) {
 	if s.observer != nil {
-		s.observer.Observe(TransportNATS, kind, code, (s.clock() - start).Seconds(), ids)
+		s.observer.Observe(TransportNATS, kind, code, (s.now() - start).Seconds(), ids)
 	}
+}
+
+// refuseWaiter answers a request that could not start waiting (startWaiter's err) with
+// answer, counting an overload refusal; the caller's handler returns it as an error.
+func (s *Service) refuseWaiter(counters *endpointCounters, err, answer error) error {
+	if errors.Is(err, errOverloaded) {
+		counters.overloaded.Add(1)
+		if s.rejecter != nil {
+			s.rejecter.Rejected(TransportNATS)
+		}
+	}
+	return answer
 }
 
 // waitForSegment answers a segment request whose IDs are not in memory (a tag seen for
 // the first time, or both buffers spent while the next segment loads) off the delivery
-// goroutine, so other tags keep being served meanwhile. It answers through the reply
-// subject, not req: micro reads req's state once the handler returns.
-func (s *Service) waitForSegment(req micro.Request, tag string, p *[]int64, enc wire.Encoding, start time.Duration) {
-	kind, ids := wire.Segment.String(), *p
-	if err := s.startWaiter(); err != nil {
-		s.putIDs(p)
-		if errors.Is(err, errOverloaded) {
-			s.segStats.overloaded.Add(1)
-			if s.rejecter != nil {
-				s.rejecter.Rejected(TransportNATS)
-			}
-		}
-		s.observe(kind, s.fail(req, &s.segStats, err), start, 0)
-		return
+// goroutine, so other tags keep being served meanwhile. The endpoint's scratch space is
+// the delivery goroutine's, so the wait takes IDs and a reply buffer from the pools.
+func (s *Service) waitForSegment(e *endpoint, m *nats.Msg, tag string, n int, enc wire.Encoding, start time.Duration) error {
+	if err := s.startSegmentWaiter(); err != nil { // monotonic.go
+		return err
 	}
 	s.segStats.waited.Add(1)
-	reply, subject := req.Reply(), req.Subject()
+	reply, subject := m.Reply, m.Subject
 	go func() {
 		defer s.endWaiter()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WaitMax)
 		defer cancel()
-		if err := s.cfg.Segments.Fill(ctx, tag, ids); err != nil {
-			if ctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
-				err = fmt.Errorf("%w: no segment for %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
-			}
-			s.putIDs(p)
-			s.segStats.waitErrors.Add(1)
-			code, desc := s.describe(subject, &s.segStats, err)
-			s.publish(subject, &nats.Msg{Subject: reply, Header: nats.Header{
-				wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
-				wire.ServiceErrorHeader:     []string{desc},
-			}})
-			s.observe(kind, code, start, 0)
-			return
+		p := s.getIDs(n)
+		err := s.cfg.Segments.Fill(ctx, tag, *p)
+		if err != nil && ctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
+			err = fmt.Errorf("%w: no segment for %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
 		}
-		n := len(ids)
-		s.segStats.idsIssued.Add(uint64(n))
-		bp := s.getBuf(n * wire.MaxTextID)
-		b := wire.AppendIDs((*bp)[:0], ids, enc)
-		s.putIDs(p)
-		s.publish(subject, &nats.Msg{Subject: reply, Data: b})
-		*bp = b
-		s.bufs.Put(bp)
-		s.observe(kind, codeOK, start, n)
+		s.answerWaited(e, subject, reply, wire.Segment, &s.segStats, p, enc, start, err)
 	}()
+	return nil
 }
 
-func (s *Service) publish(subject string, m *nats.Msg) {
-	if err := s.nc.PublishMsg(m); err != nil {
-		s.logger.Warn("reply not sent", "subject", subject, "err", err)
-	}
-}
-
-func (s *Service) respondIDs(req micro.Request, p *[]int64, enc wire.Encoding) {
+// answerWaited answers a request that waited off the delivery goroutine: with the IDs
+// in p, or with err; p goes back to the pool either way.
+func (s *Service) answerWaited(e *endpoint, subject, reply string, kind wire.Kind, counters *endpointCounters, p *[]int64, enc wire.Encoding, start time.Duration, err error) {
 	ids := *p
-	bp := s.getBuf(len(ids) * wire.MaxTextID)
+	if err != nil {
+		s.putIDs(p)
+		counters.waitErrors.Add(1)
+		code, desc := s.describe(subject, counters, err)
+		s.replyError(e, subject, reply, code, desc)
+		s.observe(kind.String(), code, start, 0)
+		return
+	}
+	n := len(ids)
+	counters.idsIssued.Add(uint64(n))
+	bp := s.getBuf(n * wire.MaxTextID)
 	b := wire.AppendIDs((*bp)[:0], ids, enc)
 	s.putIDs(p)
-	s.respond(req, b) // the connection copies the reply into its write buffer
+	s.reply(e, subject, reply, b)
 	*bp = b
 	s.bufs.Put(bp)
-}
-
-func (s *Service) respond(req micro.Request, b []byte) {
-	if err := req.Respond(b); err != nil {
-		s.logger.Warn("reply not sent", "subject", req.Subject(), "err", err)
-	}
+	s.observe(kind.String(), codeOK, start, n)
 }
 
 // fail answers an error with its wire code, which it returns; a 500 is logged in full
 // since the wire only says "internal error".
-func (s *Service) fail(req micro.Request, counters *endpointCounters, err error) int {
-	code, desc := s.describe(req.Subject(), counters, err)
-	if rerr := req.Error(strconv.Itoa(code), desc, nil); rerr != nil {
-		s.logger.Warn("error reply not sent", "subject", req.Subject(), "code", code, "err", rerr)
-	}
+func (s *Service) fail(e *endpoint, m *nats.Msg, counters *endpointCounters, err error) int {
+	code, desc := s.describe(m.Subject, counters, err)
+	s.replyError(e, m.Subject, m.Reply, code, desc)
 	return code
 }
 
@@ -554,15 +588,13 @@ func (s *Service) getBuf(n int) *[]byte {
 	return &b
 }
 
-func (s *Service) handleDecode(req micro.Request) {
-	start := s.clock()
-	b, err := s.decode(req.Data())
+func (s *Service) handleDecode(e *endpoint, m *nats.Msg, _ time.Duration) outcome {
+	b, err := s.decode(m.Data)
 	if err != nil {
-		s.observe(KindDecode, s.fail(req, nil, err), start, 0)
-		return
+		return outcome{KindDecode, s.fail(e, m, nil, err), 0}
 	}
-	s.respond(req, b)
-	s.observe(KindDecode, codeOK, start, 0)
+	s.reply(e, m.Subject, m.Reply, b)
+	return outcome{KindDecode, codeOK, 0}
 }
 
 // decode is the JSON answer of a decode request's body.
@@ -582,37 +614,4 @@ func (s *Service) decode(body []byte) ([]byte, error) {
 		WorkerID:  d.WorkerID,
 		Sequence:  d.Sequence,
 	})
-}
-
-func (s *Service) endpointStats(name string) any {
-	data := map[string]any{}
-	if r := s.refused[name]; r != nil && r.Load() > 0 {
-		data["refused_replies"] = r.Load()
-	}
-	var c *endpointCounters
-	switch name {
-	case "segment":
-		c = &s.segStats
-	case "snowflake":
-		c = &s.sfStats
-	}
-	if c != nil {
-		data["ids_issued"] = c.idsIssued.Load()
-		data["pooled_replies"] = c.pooled.Load()
-		data["waited"] = c.waited.Load()
-		data["wait_errors"] = c.waitErrors.Load()
-		data["overloaded"] = c.overloaded.Load()
-		if v, _ := c.lastErrText.Load().(string); v != "" {
-			data["last_unavailable"] = v
-		}
-	}
-	if s.cfg.Stats != nil {
-		if extra := s.cfg.Stats(name); extra != nil {
-			data["source"] = extra
-		}
-	}
-	if len(data) == 0 {
-		return nil
-	}
-	return data
 }

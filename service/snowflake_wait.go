@@ -2,11 +2,9 @@ package service
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
@@ -32,51 +30,26 @@ func mayResume(err error) bool {
 
 // waitForSnowflake answers a snowflake request the generator refused with refusal
 // (mayResume) once it issues again, or with refusal after WaitMax. Like waitForSegment
-// it answers through the reply subject.
-func (s *Service) waitForSnowflake(req micro.Request, p *[]int64, enc wire.Encoding, start time.Duration, refusal error) {
-	kind, ids := wire.Snowflake.String(), *p
+// it takes its IDs from the pool, the endpoint's scratch space being the delivery
+// goroutine's.
+func (s *Service) waitForSnowflake(e *endpoint, m *nats.Msg, n int, enc wire.Encoding, start time.Duration, refusal error) error {
 	if err := s.startWaiter(); err != nil {
-		s.putIDs(p)
-		if errors.Is(err, errOverloaded) {
-			s.sfStats.overloaded.Add(1)
-			if s.rejecter != nil {
-				s.rejecter.Rejected(TransportNATS)
-			}
-		}
-		s.observe(kind, s.fail(req, &s.sfStats, refusal), start, 0)
-		return
+		return s.refuseWaiter(&s.sfStats, err, refusal)
 	}
 	s.sfStats.waited.Add(1)
-	reply, subject := req.Reply(), req.Subject()
+	reply, subject := m.Reply, m.Subject
 	go func() {
 		defer s.endWaiter()
+		p := s.getIDs(n)
 		err := refusal
 		deadline := time.Now().Add(s.cfg.WaitMax)
 		for mayResume(err) && time.Now().Before(deadline) && !s.isStopping() {
 			time.Sleep(snowflakeRetry)
-			err = s.cfg.Snowflakes.Fill(ids)
+			err = s.cfg.Snowflakes.Fill(*p)
 		}
-		if err != nil {
-			s.putIDs(p)
-			s.sfStats.waitErrors.Add(1)
-			code, desc := s.describe(subject, &s.sfStats, err)
-			s.publish(subject, &nats.Msg{Subject: reply, Header: nats.Header{
-				wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
-				wire.ServiceErrorHeader:     []string{desc},
-			}})
-			s.observe(kind, code, start, 0)
-			return
-		}
-		n := len(ids)
-		s.sfStats.idsIssued.Add(uint64(n))
-		bp := s.getBuf(n * wire.MaxTextID)
-		b := wire.AppendIDs((*bp)[:0], ids, enc)
-		s.putIDs(p)
-		s.publish(subject, &nats.Msg{Subject: reply, Data: b})
-		*bp = b
-		s.bufs.Put(bp)
-		s.observe(kind, codeOK, start, n)
+		s.answerWaited(e, subject, reply, wire.Snowflake, &s.sfStats, p, enc, start, err)
 	}()
+	return nil
 }
 
 // isStopping reports whether Stop has begun: a held request then gets its answer at
