@@ -19,6 +19,9 @@ type Config struct {
 	dispenser.Config
 	LogLevel  string
 	LogFormat string
+	// CPUProfile names a file for a pprof CPU profile of the whole run ("" for none):
+	// the dispenser as deployed, its embedded NATS server included.
+	CPUProfile string
 }
 
 func defaultConfig() Config {
@@ -83,6 +86,7 @@ Flags:
 	fs.DurationVar(&c.StartTimeout, "start-timeout", c.StartTimeout, "at start, wait up to this long for NATS/JetStream, the segment store and the worker-ID registry to become ready (0: refuse at the first failure)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", c.CPUProfile, "write a pprof CPU profile of the whole run, from start to stop, to this `file` (go tool pprof)")
 	return fs
 }
 

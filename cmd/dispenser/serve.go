@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/leafbus/leafbus/dispenser"
@@ -41,6 +43,13 @@ func (m *Main) ParseFlags(args []string) error {
 // it. A clean stop returns nil. A failed start has been undone when Run returns.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.Config.logger(m.Stderr)
+	if m.Config.CPUProfile != "" {
+		stop, err := startCPUProfile(m.Config.CPUProfile, m.log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	d, err := dispenser.New(ctx, m.Config.Config,
 		dispenser.WithLogger(m.log),
 		dispenser.WithBanner(m.Stdout),
@@ -64,4 +73,24 @@ func (m *Main) Close() error {
 		m.log.Warn("close", "err", err)
 	}
 	return err
+}
+
+// startCPUProfile profiles the whole process until the returned function is called:
+// how the dispenser spends its CPU as deployed, which benchmarks inside one process
+// (the load client sharing the runtime) do not show.
+func startCPUProfile(path string, log *slog.Logger) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			log.Warn("--cpuprofile: close", "file", path, "err", err)
+		}
+	}, nil
 }
