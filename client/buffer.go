@@ -13,7 +13,7 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-// ErrBufferClosed is returned by Buffer.Next once the buffer is closed.
+// ErrBufferClosed is returned by Buffer.Next and Cursor.Next once the buffer is closed.
 var ErrBufferClosed = errors.New("leafbus: buffer closed")
 
 // BufferOptions shape a Buffer. Start from DefaultBufferOptions and change what you
@@ -70,7 +70,8 @@ const fetchRetryMin = 50 * time.Millisecond
 // left, and the buffer never holds more than Batches*Batch IDs. Next is safe for
 // concurrent use and never returns an ID twice. From a batch already fetched it takes
 // one atomic add and no lock, so it costs a few nanoseconds and goroutines calling it
-// together never wait for each other (they do share the add's cache line).
+// together never wait for each other (they do share the add's cache line, so adding
+// goroutines does not add throughput; a Cursor per goroutine does, see Buffer.Cursor).
 //
 // The trade-off, to weigh before using it:
 //   - IDs held by a buffer are lost when the process exits or Close is called: a gap
@@ -95,7 +96,9 @@ type Buffer struct {
 	queued  int           // IDs in queue
 	err     error         // the last fetch's error; nil after a fetch succeeds
 	changed chan struct{} // closed (and replaced) when IDs arrive, a fetch fails or Close
-	closed  bool
+	// closed is set by Close under mu. It is atomic so that a Cursor can check it for
+	// every ID without the lock: IDs a cursor still holds are not handed out after Close.
+	closed atomic.Bool
 
 	want      chan struct{} // a Next took the buffer under LowWater
 	stop      context.CancelFunc
@@ -178,14 +181,51 @@ func (b *Buffer) Next(ctx context.Context) (int64, error) {
 	return b.nextSlow(ctx)
 }
 
-// nextSlow is Next once the current batch is spent: it moves on to the next batch
-// fetched, or waits for one.
+// nextSlow is Next once the current batch is spent: it takes a run of one ID.
 func (b *Buffer) nextSlow(ctx context.Context) (int64, error) {
+	run, err := b.takeSlow(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	return run[0], nil
+}
+
+// claim takes up to n IDs of batch c with one add: indexes next..next+n-1, cut at the
+// batch's end (so a run never spans batches, and the indexes past the end are spent
+// like those a Next gets there). Every index goes to exactly one claim or Next. The
+// claim whose run holds c's low-water index wakes the fetcher, as the Next that takes
+// it would (see setLow: low is read after the add). It returns nil when c is spent.
+func (b *Buffer) claim(c *batch, n int64) []int64 {
+	end := c.next.Add(n)
+	start, size := end-n, int64(len(c.ids))
+	if start >= size {
+		return nil
+	}
+	end = min(end, size)
+	if low := c.low.Load(); start <= low && low < end {
+		b.poke()
+	}
+	return c.ids[start:end:end] // capped: the run's owner cannot append into the batch
+}
+
+// take claims a run of 1 to n IDs for a Cursor: from the current batch without a lock,
+// else as takeSlow does.
+func (b *Buffer) take(ctx context.Context, n int64) ([]int64, error) {
+	if run := b.claim(b.cur.Load(), n); run != nil {
+		return run, nil
+	}
+	return b.takeSlow(ctx, n)
+}
+
+// takeSlow claims a run of 1 to n IDs once the current batch is spent: it moves on to
+// the next batch fetched, or waits for one, with Next's errors (ErrBufferClosed, the
+// last fetch's error, ctx's).
+func (b *Buffer) takeSlow(ctx context.Context, n int64) ([]int64, error) {
 	for {
 		b.mu.Lock()
-		if b.closed {
+		if b.closed.Load() {
 			b.mu.Unlock()
-			return 0, ErrBufferClosed
+			return nil, ErrBufferClosed
 		}
 		c := b.cur.Load()
 		if c.left() == 0 && len(b.queue) > 0 {
@@ -197,11 +237,8 @@ func (b *Buffer) nextSlow(ctx context.Context) (int64, error) {
 		}
 		if c.left() > 0 {
 			b.mu.Unlock()
-			if i := c.next.Add(1) - 1; i < int64(len(c.ids)) {
-				if i == c.low.Load() {
-					b.poke()
-				}
-				return c.ids[i], nil
+			if run := b.claim(c, n); run != nil {
+				return run, nil
 			}
 			continue // others took the rest meanwhile
 		}
@@ -209,11 +246,11 @@ func (b *Buffer) nextSlow(ctx context.Context) (int64, error) {
 		b.mu.Unlock()
 		b.poke()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("%s ID of %q from the buffer: %w", b.kind, b.tag, ctx.Err())
+			return nil, fmt.Errorf("%s ID of %q from the buffer: %w", b.kind, b.tag, ctx.Err())
 		case <-changed:
 		}
 	}
@@ -258,7 +295,7 @@ func (b *Buffer) Close() {
 		b.stop()
 		<-b.done
 		b.mu.Lock()
-		b.closed = true
+		b.closed.Store(true)
 		b.cur.Store(spentBatch())
 		b.queue, b.queued = nil, 0
 		b.broadcast()

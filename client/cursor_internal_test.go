@@ -1,0 +1,308 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestCursorConcurrentRefills: goroutines with a cursor each (runs of several sizes,
+// some beyond a batch) and goroutines calling Buffer.Next share a small buffer through
+// many batch changes and refills. Each goroutine's IDs increase, no cursor ever holds
+// more than its run, the buffer never holds more than its bound, and once the fetcher
+// is stopped the IDs handed out, those left in cursors and those left in the buffer
+// are exactly 1..M with no repeat: nothing is handed out twice and nothing is lost but
+// the cursors' tails (and a batch fetched as the fetcher stopped, which is the last).
+// Run it with -race.
+func TestCursorConcurrentRefills(t *testing.T) {
+	for _, tt := range []struct {
+		name                string
+		batch, batches, low int
+	}{
+		{"OK/LowWaterInsideBatch", 100, 3, 150},
+		{"OK/OneBatch", 7, 1, 1},
+		{"OK/ManySmallBatches", 3, 50, 120},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var fetched atomic.Int64
+			count := countingFetch()
+			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), func(ctx context.Context, dst []int64) error {
+				fetched.Add(int64(len(dst)))
+				return count(ctx, dst)
+			})
+			runs := []int{1, 2, 5, 16, 64, 1000, 1, 2, 5, 16, 64, 1000}
+			const plain, each = 4, 20000
+			got, cursors := drainWithCursors(t, b, runs, plain, each, tt.batch*tt.batches)
+			b.stop() // stop the fetcher, but keep what the buffer holds to count it
+			<-b.done
+			var all []int64
+			for _, ids := range got {
+				all = append(all, ids...)
+			}
+			for _, c := range cursors {
+				all = append(all, c.run[c.pos:]...)
+			}
+			b.mu.Lock()
+			if cur := b.cur.Load(); cur.left() > 0 {
+				all = append(all, cur.ids[len(cur.ids)-cur.left():]...)
+			}
+			for _, q := range b.queue {
+				all = append(all, q.ids...)
+			}
+			b.mu.Unlock()
+			checkExactly1toM(t, all, fetched.Load(), int64(tt.batch))
+		})
+	}
+}
+
+// checkExactly1toM fails unless ids are 1..M, each once, for an M that is all that
+// was fetched or all but the last batch (dropped if the fetcher was stopped after
+// fetching it).
+func checkExactly1toM(t *testing.T, ids []int64, fetched, batch int64) {
+	t.Helper()
+	seen := make([]bool, fetched+1)
+	for _, id := range ids {
+		if id < 1 || id > fetched {
+			t.Fatalf("ID %d: outside the %d fetched", id, fetched)
+		}
+		if seen[id] {
+			t.Fatalf("ID %d handed out or held twice", id)
+		}
+		seen[id] = true
+	}
+	m := int64(len(ids))
+	if m != fetched && m != fetched-batch {
+		t.Fatalf("%d IDs handed out or held of %d fetched in batches of %d", m, fetched, batch)
+	}
+	for id := int64(1); id <= m; id++ {
+		if !seen[id] {
+			t.Fatalf("ID %d of 1..%d lost: neither handed out nor held", id, m)
+		}
+	}
+}
+
+// drainWithCursors takes each IDs on one goroutine per entry of runs, through a cursor
+// of that run size, and on plain goroutines through Buffer.Next, while another checks
+// that b never holds more than bound. It returns every goroutine's IDs (the cursors'
+// first) and the cursors, to read what they still hold.
+func drainWithCursors(t *testing.T, b *Buffer, runs []int, plain, each, bound int) ([][]int64, []*Cursor) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	goroutines := len(runs) + plain
+	got := make([][]int64, goroutines)
+	cursors := make([]*Cursor, len(runs))
+	errs := make(chan error, goroutines+1)
+	stop := make(chan struct{})
+	var checker sync.WaitGroup
+	checker.Go(func() {
+		for {
+			if n := b.Len(); n > bound {
+				errs <- fmt.Errorf("buffer holds %d IDs, above its bound %d", n, bound)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Microsecond):
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		next, held := b.Next, func() int { return 0 }
+		maxHeld := 0
+		if g < len(runs) {
+			c := b.Cursor(runs[g])
+			cursors[g] = c
+			next, held = c.Next, func() int { return len(c.run) - c.pos }
+			maxHeld = min(runs[g], b.opts.Batch)
+		}
+		wg.Go(func() {
+			ids := make([]int64, 0, each)
+			for range each {
+				id, err := next(ctx)
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d: Next: %w", g, err)
+					return
+				}
+				if n := len(ids); n > 0 && id <= ids[n-1] {
+					errs <- fmt.Errorf("goroutine %d: %d after %d", g, id, ids[n-1])
+					return
+				}
+				if h := held(); h > maxHeld {
+					errs <- fmt.Errorf("goroutine %d: its cursor holds %d IDs, above its run %d", g, h, maxHeld)
+					return
+				}
+				ids = append(ids, id)
+			}
+			got[g] = ids
+		})
+	}
+	wg.Wait()
+	close(stop)
+	checker.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return got, cursors
+}
+
+// TestCursorRefillsAtLowWater: the claim whose run takes the buffer under LowWater
+// wakes the fetcher, wherever the low-water index falls in the run (a run cut at the
+// batch's end included), and no claim before it does.
+func TestCursorRefillsAtLowWater(t *testing.T) {
+	tests := []struct {
+		name                        string
+		batch, batches, low, run    int
+		settle, nextsBeforeAnyFetch int // settle IDs held; the nextsBeforeAnyFetch-th Next fetches
+	}{
+		{"OK/InsideRun", 10, 3, 15, 4, 20, 5},        // runs 0-3 (16 left), 4-7 (12 < 15)
+		{"OK/RunCutAtBatchEnd", 10, 3, 11, 4, 20, 9}, // 0-3, 4-7 (12), 8-9 cut (10 < 11)
+		{"OK/RunOverBatch", 10, 3, 15, 25, 20, 1},    // clamped to 10: 0-9 (10 < 15)
+		{"OK/RunOfOne", 10, 3, 15, 1, 20, 6},         // as Next: the 6th leaves 14
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fetches := make(chan struct{}, 100)
+			count := countingFetch()
+			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), func(ctx context.Context, dst []int64) error {
+				fetches <- struct{}{}
+				return count(ctx, dst)
+			})
+			waitFor(t, func() bool { return b.Len() == tt.settle }, "the buffer to settle")
+			drain(fetches)
+			c := b.Cursor(tt.run)
+			ctx := context.Background()
+			for i := range tt.nextsBeforeAnyFetch {
+				if _, err := c.Next(ctx); err != nil {
+					t.Fatalf("Next %d: %v", i, err)
+				}
+				if i < tt.nextsBeforeAnyFetch-1 && len(fetches) > 0 {
+					t.Fatalf("fetched after %d Next calls, with %d IDs left of LowWater %d", i+1, b.Len(), tt.low)
+				}
+			}
+			select {
+			case <-fetches:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no fetch within 5s of the buffer going under LowWater %d (it holds %d)", tt.low, b.Len())
+			}
+		})
+	}
+}
+
+// hangingFetch never answers: it returns when the buffer closes, as a fetch in flight
+// to a silent responder would.
+func hangingFetch(ctx context.Context, _ []int64) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestCursorClose: Close wakes a cursor waiting on an empty buffer with
+// ErrBufferClosed, and a cursor still holding part of its run hands none of it out
+// after Close (the rest is a gap, as the buffer's own IDs are).
+func TestCursorClose(t *testing.T) {
+	t.Run("OK/Waiting", func(t *testing.T) {
+		b := mustNewBuffer(t, testOptions(10, 2, 0), hangingFetch)
+		c := b.Cursor(4)
+		nextErr := make(chan error, 1)
+		go func() {
+			_, err := c.Next(context.Background())
+			nextErr <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let Next start waiting (not required for the assertions)
+		b.Close()
+		select {
+		case err := <-nextErr:
+			if !errors.Is(err, ErrBufferClosed) {
+				t.Fatalf("waiting Cursor.Next after Close = %v, want ErrBufferClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a waiting Cursor.Next was not woken by Close within 5s")
+		}
+	})
+	t.Run("OK/HoldingARun", func(t *testing.T) {
+		b := mustNewBuffer(t, testOptions(10, 2, 0), countingFetch())
+		c := b.Cursor(4)
+		ctx := context.Background()
+		if id, err := c.Next(ctx); err != nil || id != 1 {
+			t.Fatalf("Cursor.Next = %d, %v, want 1", id, err)
+		}
+		b.Close()
+		for range 2 {
+			if id, err := c.Next(ctx); !errors.Is(err, ErrBufferClosed) {
+				t.Fatalf("Cursor.Next after Close = %d, %v, want ErrBufferClosed (IDs 2-4 dropped)", id, err)
+			}
+		}
+		if c.pos < len(c.run) {
+			t.Fatalf("the cursor keeps %d IDs after Close, want them dropped", len(c.run)-c.pos)
+		}
+	})
+}
+
+// TestCursorContext: a cursor waiting on an empty buffer gives up when its context
+// ends, with the context's error.
+func TestCursorContext(t *testing.T) {
+	b := mustNewBuffer(t, testOptions(10, 2, 0), hangingFetch)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.Cursor(4).Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Cursor.Next = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestCursorFetchError: with the buffer empty and the last fetch failed, Cursor.Next
+// returns that error at once, as Buffer.Next does, without waiting for its context;
+// and a run claimed before is served first (errors show late).
+func TestCursorFetchError(t *testing.T) {
+	boom := errors.New("boom")
+	var calls atomic.Int64
+	count := countingFetch()
+	opts := testOptions(4, 1, 0)
+	opts.RetryMax = time.Millisecond
+	b := mustNewBuffer(t, opts, func(ctx context.Context, dst []int64) error {
+		if calls.Add(1) == 1 {
+			return count(ctx, dst) // one batch, then only failures
+		}
+		return boom
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := b.Cursor(3)
+	for want := int64(1); want <= 4; want++ { // runs 1-3 and 4 (cut at the batch's end)
+		if id, err := c.Next(ctx); err != nil || id != want {
+			t.Fatalf("Cursor.Next = %d, %v, want %d", id, err, want)
+		}
+	}
+	waitFor(t, func() bool { return calls.Load() >= 2 }, "a failed fetch")
+	if _, err := c.Next(ctx); !errors.Is(err, boom) {
+		t.Fatalf("Cursor.Next on an empty buffer after a failed fetch = %v, want %v", err, boom)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Cursor.Next waited for its context instead of returning the fetch error")
+	}
+}
+
+// TestCursorSize: a Cursor fills the 128-byte size class, so that no other object
+// shares its cache lines (see its padding).
+func TestCursorSize(t *testing.T) {
+	if n := unsafe.Sizeof(Cursor{}); n != 128 {
+		t.Fatalf("a Cursor is %d bytes, want 128: adjust its padding", n)
+	}
+}
+
+// TestCursorRunSize: the run size is clamped to 1..Batch.
+func TestCursorRunSize(t *testing.T) {
+	b := mustNewBuffer(t, testOptions(10, 2, 0), countingFetch())
+	for _, tt := range []struct{ n, want int64 }{{-1, 1}, {0, 1}, {1, 1}, {7, 7}, {10, 10}, {11, 10}} {
+		if got := b.Cursor(int(tt.n)).n; got != tt.want {
+			t.Errorf("Cursor(%d) runs %d IDs, want %d", tt.n, got, tt.want)
+		}
+	}
+}
