@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -330,6 +331,96 @@ func BenchmarkBufferNextMemory(b *testing.B) {
 			reportRates(b, processCPU()-cpu)
 		})
 	}
+}
+
+// BenchmarkBufferCursorMemory is BenchmarkBufferNextMemory (same buffer, same instant
+// source) with each goroutine taking IDs through its own Cursor, which claims runs of
+// 100 or 1000 IDs with one shared add each: with -cpu 2, two goroutines that share one
+// add per run instead of one per ID. Each runs under b.RunParallel ("parallel") and
+// under runSpread ("spread"), which is the same loop without testing.PB's own false
+// sharing; "next" is Buffer.Next under both, to compare in the same run.
+func BenchmarkBufferCursorMemory(b *testing.B) {
+	opts := testOptions(1000, 4, 2000)
+	for _, run := range []int{0, 100, 1000} {
+		name := fmt.Sprintf("run-%d", run)
+		if run == 0 {
+			name = "next"
+		}
+		for _, harness := range []string{"parallel", "spread"} {
+			b.Run(name+"/"+harness, func(b *testing.B) {
+				buf := mustNewBuffer(b, opts, countingFetch())
+				ctx := context.Background()
+				if _, err := buf.Next(ctx); err != nil { // the first batch is in
+					b.Fatal(err)
+				}
+				next := func() func(context.Context) (int64, error) { // one per goroutine
+					if run == 0 {
+						return buf.Next
+					}
+					return buf.Cursor(run).Next
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := processCPU()
+				if harness == "parallel" {
+					b.RunParallel(func(pb *testing.PB) { takeIncreasing(b, ctx, pb.Next, next()) })
+				} else {
+					runSpread(b, func(pb *spreadPB) { takeIncreasing(b, ctx, pb.Next, next()) })
+				}
+				reportRates(b, processCPU()-cpu)
+			})
+		}
+	}
+}
+
+// takeIncreasing calls next while more says so, checking that the IDs increase.
+func takeIncreasing(b *testing.B, ctx context.Context, more func() bool, next func(context.Context) (int64, error)) {
+	last := int64(0)
+	for more() {
+		id, err := next(ctx)
+		if err != nil || id <= last {
+			b.Errorf("Next = %d, %v after %d", id, err, last)
+			return
+		}
+		last = id
+	}
+}
+
+// spreadPB is testing.PB for runSpread: one goroutine's share of b.N, taken from a
+// shared count in grains. Next writes left on every iteration, so the padding makes it
+// 128 bytes, alone on its cache lines: the two testing.PBs of a -cpu 2 RunParallel were
+// measured 32 bytes apart, one line that both cores then write on every iteration.
+type spreadPB struct {
+	left  int64
+	taken *atomic.Int64
+	n     int64
+	_     [128 - 24]byte
+}
+
+// Next reports whether another iteration is due, as testing.PB.Next does.
+func (p *spreadPB) Next() bool {
+	if p.left == 0 {
+		const grain = 1000
+		end := p.taken.Add(grain)
+		p.left = min(grain, p.n-(end-grain))
+		if p.left <= 0 {
+			p.left = 0
+			return false
+		}
+	}
+	p.left--
+	return true
+}
+
+// runSpread is b.RunParallel without its false sharing: GOMAXPROCS goroutines share
+// b.N through spreadPBs.
+func runSpread(b *testing.B, body func(*spreadPB)) {
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() { body(&spreadPB{taken: &taken, n: int64(b.N)}) })
+	}
+	wg.Wait()
 }
 
 // reportRates adds millions of IDs per second and, where the platform says, the CPU
