@@ -201,6 +201,11 @@ func (d *Dispenser) startService(context.Context) error {
 	svcCfg.Observer = d.metrics
 	svcCfg.Metadata = map[string]string{"node_id": cfg.NodeID, "worker_id": strconv.FormatInt(d.lease.WorkerID(), 10)}
 	svcCfg.Metadata = d.rangeMetadata(svcCfg.Metadata) // worker_range.go
+	// After a lost lease the worker keeper moves the generator to a new worker ID:
+	// discovery and the peers' range check must see that one, not the first.
+	svcCfg.LiveMetadata = func() map[string]string {
+		return map[string]string{metaWorkerID: strconv.FormatInt(d.snowflakes.WorkerID(), 10)}
+	}
 	svc, err := service.New(svcConn, svcCfg)
 	if err != nil {
 		return err

@@ -2,12 +2,14 @@ package dispenser
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
@@ -110,6 +112,18 @@ func TestLostWorkerIDTakesANewOne(t *testing.T) {
 	}
 	if st := d.heartbeat.Stats(); st.LeaseLost || st.Suspended || st.WorkerID != second {
 		t.Fatalf("heartbeat Stats() = %+v, want worker ID %d held and issuing", st, second)
+	}
+	// Discovery (and the peers' range check) reads the worker ID from $SRV.INFO.
+	msg, err := nc.RequestWithContext(ctx, "$SRV.INFO."+cfg.Prefix, nil)
+	if err != nil {
+		t.Fatalf("$SRV.INFO: %v", err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		t.Fatalf("$SRV.INFO answer %q: %v", msg.Data, err)
+	}
+	if got := info.Metadata[metaWorkerID]; got != fmt.Sprint(second) {
+		t.Fatalf("$SRV.INFO metadata worker_id %q after the replacement, want %d (metadata %v)", got, second, info.Metadata)
 	}
 }
 

@@ -62,8 +62,18 @@ func (s *Service) identity() micro.ServiceIdentity {
 		Name:     s.cfg.Prefix,
 		ID:       s.id,
 		Version:  s.cfg.Version,
-		Metadata: maps.Clone(s.metadata), // the caller's to keep, as micro's
+		Metadata: s.currentMetadata(),
 	}
+}
+
+// currentMetadata is the $SRV metadata now: a copy (the caller's to keep, as micro's)
+// of the fixed entries with LiveMetadata's over them.
+func (s *Service) currentMetadata() map[string]string {
+	m := maps.Clone(s.metadata)
+	if s.cfg.LiveMetadata != nil {
+		maps.Copy(m, s.cfg.LiveMetadata())
+	}
+	return m
 }
 
 // Info is the service's $SRV.INFO answer.

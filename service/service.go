@@ -103,6 +103,10 @@ type Config struct {
 	// Metadata is added to the service's $SRV.INFO metadata (the dispenser's node_id and
 	// worker_id, which discovery reads); max_batch is always there and set by MaxBatch.
 	Metadata map[string]string
+	// LiveMetadata, when set, is asked on every $SRV PING and INFO for the entries that
+	// change while the service runs (the worker ID, replaced after a lost lease); they
+	// override Metadata's. $SRV requests are rare, so it may allocate.
+	LiveMetadata func() map[string]string
 }
 
 // DefaultConfig is the configuration of the protocol's defaults.
