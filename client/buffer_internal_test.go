@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -316,7 +317,7 @@ func BenchmarkBufferNextMemory(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := processCPU()
+			cpu := testutil.ProcessCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				last := int64(0)
 				for pb.Next() {
@@ -328,7 +329,7 @@ func BenchmarkBufferNextMemory(b *testing.B) {
 					last = id
 				}
 			})
-			reportRates(b, processCPU()-cpu)
+			reportRates(b, testutil.ProcessCPU()-cpu)
 		})
 	}
 }
@@ -361,13 +362,13 @@ func BenchmarkBufferCursorMemory(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu := processCPU()
+				cpu := testutil.ProcessCPU()
 				if harness == "parallel" {
 					b.RunParallel(func(pb *testing.PB) { takeIncreasing(b, ctx, pb.Next, next()) })
 				} else {
 					runSpread(b, func(pb *spreadPB) { takeIncreasing(b, ctx, pb.Next, next()) })
 				}
-				reportRates(b, processCPU()-cpu)
+				reportRates(b, testutil.ProcessCPU()-cpu)
 			})
 		}
 	}

@@ -367,7 +367,7 @@ func BenchmarkBufferNext(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := client.ProcessCPU()
+			cpu := testutil.ProcessCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if _, err := buf.Next(ctx); err != nil {
@@ -376,7 +376,7 @@ func BenchmarkBufferNext(b *testing.B) {
 					}
 				}
 			})
-			client.ReportRates(b, client.ProcessCPU()-cpu)
+			client.ReportRates(b, testutil.ProcessCPU()-cpu)
 		})
 	}
 }

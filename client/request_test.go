@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -97,13 +98,13 @@ func BenchmarkClientOne(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := client.ProcessCPU()
+			cpu := testutil.ProcessCPU()
 			for b.Loop() {
 				if _, err := c.Segment(ctx, "orders"); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if used := client.ProcessCPU() - cpu; cpu > 0 {
+			if used := testutil.ProcessCPU() - cpu; cpu > 0 {
 				b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 		})

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/nats-io/nats.go"
 )
 
 // TestMain stops the shared MariaDB and ZooKeeper that tests of this package start.
@@ -46,4 +48,21 @@ func withAfterStep(f func(step string, d *Dispenser) error) Option {
 		o.afterStep = f
 		return nil
 	}
+}
+
+// exactClient connects to d and returns the connection and a client that does not
+// hedge: tests that count requests or expect exact IDs would see a hedged copy on a
+// loaded machine as a second request. Both close at cleanup.
+func exactClient(tb testing.TB, d *Dispenser) (*nats.Conn, *client.Client) {
+	tb.Helper()
+	nc, err := nats.Connect(d.ClientURL())
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", d.ClientURL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	c, err := client.NewClient(nc, client.WithHedge(0))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return nc, c
 }

@@ -10,12 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/internal/testutil"
 )
 
@@ -112,15 +110,7 @@ func TestHTTPServesBesideNATS(t *testing.T) {
 	}
 
 	// The same generators over NATS; discovery's metadata.
-	nc, err := nats.Connect(d.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := client.NewClient(nc, client.WithHedge(0)) // exact counts: a hedged copy on a loaded machine would be a second request
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, c := exactClient(t, d)
 	ctx := testutil.Context(t, 20*time.Second)
 	if id, err := c.Segment(ctx, SampleTagName); err != nil || id != 5 {
 		t.Errorf("NATS segment = %d, %v; want 5, after the 4 HTTP took", id, err)

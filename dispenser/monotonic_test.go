@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
@@ -47,15 +46,7 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 	}
 	runUntilCleanup(t, d2)
 
-	nc, err := nats.Connect(d1.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	cl, err := client.NewClient(nc, client.WithHedge(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cl := exactClient(t, d1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	on, step := true, int64(5) // a short step: the leader takes several segments
@@ -159,15 +150,7 @@ func TestMarkPurgesPoolStream(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	runUntilCleanup(t, d)
-	nc, err := nats.Connect(d.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	cl, err := client.NewClient(nc, client.WithHedge(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, cl := exactClient(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	step := int64(1000)

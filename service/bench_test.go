@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -105,9 +106,9 @@ func roundTrips(b *testing.B, nc *nats.Conn, subject string, header nats.Header,
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	cpu := processCPU()
+	cpu := testutil.ProcessCPU()
 	defer func() {
-		if used := processCPU() - cpu; cpu > 0 {
+		if used := testutil.ProcessCPU() - cpu; cpu > 0 {
 			b.ReportMetric(float64(used.Nanoseconds())/float64(n), "cpu-ns/op")
 		}
 	}()

@@ -1,8 +1,0 @@
-//go:build !unix
-
-package client
-
-import "time"
-
-// processCPU is unknown here; benchmarks then leave out their CPU metric.
-func processCPU() time.Duration { return 0 }
