@@ -424,6 +424,26 @@ func runSpread(b *testing.B, body func(*spreadPB)) {
 	wg.Wait()
 }
 
+// BenchmarkSpreadControl is runSpread around arithmetic that touches no memory: what
+// -cpu 2 gives on this machine when nothing is shared. On a shared host whose cores
+// are busy, two goroutines may not get two cores; this tells whether a -cpu 2 figure
+// says something about the code or about the host.
+func BenchmarkSpreadControl(b *testing.B) {
+	cpu := testutil.ProcessCPU()
+	runSpread(b, func(pb *spreadPB) {
+		x := uint64(1)
+		for pb.Next() { // two rounds of a 64-bit LCG and a shift: a few ns, no memory
+			x = x*6364136223846793005 + 1442695040888963407
+			x ^= x >> 13
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+		if x == 42 { // uses x, so that the loop is not removed
+			b.Log(x)
+		}
+	})
+	reportRates(b, testutil.ProcessCPU()-cpu)
+}
+
 // reportRates adds millions of IDs per second and, where the platform says, the CPU
 // time of the whole process (every goroutine, the refills and the garbage collector
 // included) per ID: on a machine whose cores are shared, the figure that does not
