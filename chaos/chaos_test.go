@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ type scenario struct {
 	name   string
 	nodes  []node
 	load   loadSpec
+	mono   monoSpec // the clients of the monotonic tag
 	warmup time.Duration
 	quiet  time.Duration // between faults
 	faults []fault
@@ -43,10 +45,12 @@ func TestChaosShort(t *testing.T) {
 		nodes: []node{zkLeaf, zkRecycle, kvA, mysqlNode},
 		load: loadSpec{singles: 2, batchers: 1, singleRate: 40, batchRate: 5, batch: 200,
 			tags: []string{"chaos-a", "chaos-b"}},
+		mono:   monoSpec{clients: 8, rate: 25, maxCount: 5},
 		warmup: 3 * time.Second,
 		quiet:  2 * time.Second,
 		faults: []fault{
 			kill9(zkLeaf.name, time.Second),
+			killMonoLeader(time.Second),
 			pause(kvA.name, 3*time.Second, ""),
 			natsNodeDown(1, 3*time.Second),
 			zkRestart(2 * time.Second),
@@ -66,10 +70,13 @@ func TestChaos(t *testing.T) {
 		nodes: []node{zkLeaf, zkRecycle, kvA, kvB, mysqlNode},
 		load: loadSpec{singles: 4, batchers: 2, singleRate: 100, batchRate: 25, batch: 2000,
 			tags: []string{"chaos-a", "chaos-b", "chaos-c"}},
+		mono:   monoSpec{clients: 16, rate: 40, maxCount: 10},
 		warmup: 10 * time.Second,
 		quiet:  8 * time.Second,
 		faults: []fault{
 			kill9(zkLeaf.name, 200*time.Millisecond), // restarted at once, as a supervisor would
+			killMonoLeader(200 * time.Millisecond),
+			pauseMonoLeader(),
 			pause(kvA.name, leaseTTL+8*time.Second, kvB.name),
 			mariaDown(8 * time.Second),
 			natsNodeDown(1, 8*time.Second),
@@ -90,13 +97,15 @@ func TestChaos(t *testing.T) {
 func run(t *testing.T, sc scenario) {
 	began := time.Now()
 	w := newWorld(t)
-	w.addTags(sc.load.tags...)
+	w.addTags(append(slices.Clone(sc.load.tags), monoTag)...)
 	var names []string
 	for _, n := range sc.nodes {
 		w.start(n)
 		w.waitServing(n.name)
 		names = append(names, n.name)
 	}
+	w.markMonotonic(monoTag, names)
+	w.mono = startMono(w, sc.mono)
 	l := startLoad(w, sc.load)
 	time.Sleep(sc.warmup)
 	rep := report{name: sc.name}
@@ -104,6 +113,9 @@ func run(t *testing.T, sc scenario) {
 		rep.results = append(rep.results, inject(w, l, f, names, sc.quiet))
 	}
 	l.stop()
+	w.mono.stop()
+	rep.mono, rep.monoSamples, rep.monoFlags = w.mono.check(), w.mono.badSamples(), w.mono.flags()
+	rep.monoFailures = w.mono.failureCodes()
 	rep.steady, _ = l.failuresIn("steady")
 	rep.requests = 0
 	for _, r := range rep.results {
@@ -145,6 +157,7 @@ func judge(t *testing.T, sc scenario, rep report) {
 			t.Errorf("%s: requests failed while it lasted: %s (the client hedges, and the cluster has the redundancy)", r.name, codes(r.during))
 		}
 	}
+	judgeMono(t, rep)
 	if len(rep.steady) > 0 {
 		t.Errorf("requests failed outside any fault: %s", codes(rep.steady))
 	}

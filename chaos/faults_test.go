@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,7 +17,10 @@ type fault struct {
 	// a paused or lost dispenser; a NATS node of three is not needed); otherwise only
 	// from its end on (after recovery).
 	strict bool
-	run    func(w *world) time.Time
+	// monoBound: the fault takes the monotonic tag's leader away; the tag must answer
+	// again within 2 lease TTLs (the contract's failover bound).
+	monoBound bool
+	run       func(w *world) time.Time
 }
 
 // result is what one fault cost.
@@ -34,6 +38,8 @@ type result struct {
 	requestsDuring  int
 	requestsAfter   int
 	recoveryTimeout time.Duration
+	monoBound       bool
+	mono            monoWindow // what the monotonic tag's clients saw
 }
 
 // recovery is the time from the fault's end to full service.
@@ -46,23 +52,32 @@ const settle = 2 * time.Second
 // after its end, and the time to full service of every node of the run.
 func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) result {
 	w.t.Helper()
-	r := result{name: f.name, strict: f.strict, recoveryTimeout: 60 * time.Second}
+	r := result{name: f.name, strict: f.strict, monoBound: f.monoBound, recoveryTimeout: 60 * time.Second}
 	during, after := f.name, f.name+" · after"
 	l.setPhase(during)
 	r.start = time.Now()
 	w.t.Logf("chaos: %s", f.name)
+	w.takeNotes()
+	if leader, _ := w.monoLeader(nodes); leader != "" && !f.monoBound {
+		w.note(monoTag + " led by " + leader) // whether the fault hits its leader
+	}
 	r.end = f.run(w)
+	if notes := w.takeNotes(); len(notes) > 0 {
+		r.name += " (" + strings.Join(notes, "; ") + ")"
+	}
 	l.setPhase(after)
 	r.served, r.recovered, r.notRecovered = w.waitFullService(nodes, r.recoveryTimeout)
 	time.Sleep(settle)
 	l.setPhase("steady")
+	r.mono = w.mono.window(r.start, r.end, time.Now())
 	r.during, r.samples = l.failuresIn(during)
 	var afterSamples []string
 	r.after, afterSamples = l.failuresIn(after)
 	r.samples = append(r.samples, afterSamples...)
 	r.gapsDuring, r.gapsAfter = l.gapsIn(during), l.gapsIn(after)
 	r.requestsDuring, r.requestsAfter = l.requestsIn(during), l.requestsIn(after)
-	w.t.Logf("chaos: %s over; full service %s after its end", f.name, r.recovery().Round(time.Millisecond))
+	w.t.Logf("chaos: %s over; full service %s after its end; longest gap without a %s reply %s",
+		r.name, r.recovery().Round(time.Millisecond), monoTag, r.mono.gap.Round(time.Millisecond))
 	time.Sleep(quiet)
 	return r
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,11 +33,13 @@ type world struct {
 	zk    *testenv.ZooKeeperServer
 	dsn   string
 	nc    *nats.Conn // the harness's own: probes and checks
+	mono  *monoLoad  // the clients of the monotonic tag
 
 	mu    sync.Mutex
 	procs map[string]*proc
 	order []string
 	exits []string // dispensers that exited without the harness asking
+	notes []string // what the fault under way found out (which node it hit)
 	wg    sync.WaitGroup
 }
 
@@ -103,6 +106,7 @@ func (w *world) args(n node) []string {
 		"--nats", w.nats.URLs(), "--node-id", n.name, "--data-dir", filepath.Join(w.dir, n.name),
 		"--kv-replicas", "3", "--segment-store", "mysql", "--mysql-dsn", w.dsn, "--mysql-create-table",
 		"--http", "", "--start-timeout", "60s", "--log-level", "info",
+		"--monotonic-lease-ttl", monoLeaseTTL.String(),
 	}
 	if n.registry == "kv" || n.registry == "zk-recycle" {
 		a = append(a, "--lease-ttl", leaseTTL.String())
@@ -249,6 +253,29 @@ func (w *world) stopAll() {
 		}
 	}
 	w.wg.Wait()
+}
+
+// running lists every dispenser the run started (some may be down for a fault).
+func (w *world) running() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.order)
+}
+
+// note keeps what the fault under way found out, for its name in the report.
+func (w *world) note(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notes = append(w.notes, s)
+}
+
+// takeNotes returns the notes and forgets them.
+func (w *world) takeNotes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.notes
+	w.notes = nil
+	return n
 }
 
 // unexpectedExits lists the dispensers that exited without the harness asking.

@@ -15,6 +15,16 @@ type health struct {
 	workerID int64
 	serving  bool   // issuing snowflake IDs, every dependency connected
 	why      string // what is not right when not serving
+	mono     monoTagStats
+}
+
+// monoTagStats is monoTag as one dispenser sees it (monotonic.TagStats).
+type monoTagStats struct {
+	Tag    string `json:"tag"`
+	Role   string `json:"role"` // leader, starting, follower or none
+	Leader string `json:"leader"`
+	Terms  uint64 `json:"terms"`
+	Served uint64 `json:"served"`
 }
 
 // statsReply is the part of a dispenser's $SRV.STATS answer the probe reads.
@@ -29,6 +39,9 @@ type statsReply struct {
 					Suspended     bool   `json:"suspended"`
 					SuspendReason string `json:"suspend_reason"`
 				} `json:"clock"`
+				Monotonic struct {
+					Tags []monoTagStats `json:"tags"`
+				} `json:"monotonic"` // the segment endpoint's
 				Recovery struct {
 					InFault bool   `json:"in_fault"`
 					Down    string `json:"down"`
@@ -63,10 +76,17 @@ func (w *world) probe(want int, window time.Duration) map[string]health {
 		}
 		h := health{node: r.Metadata["node_id"], serving: true}
 		for _, e := range r.Endpoints {
+			src := e.Data.Source
+			if e.Name == "segment" {
+				for _, ts := range src.Monotonic.Tags {
+					if ts.Tag == monoTag {
+						h.mono = ts
+					}
+				}
+			}
 			if e.Name != "snowflake" {
 				continue
 			}
-			src := e.Data.Source
 			h.workerID = src.Clock.WorkerID
 			switch {
 			case src.Clock.Suspended:

@@ -22,6 +22,11 @@ type report struct {
 	steady     map[string]int
 	exits      []string
 	rejoins    map[string]int
+
+	mono         monoCheck      // the monotonic tag's promise over the whole run
+	monoFailures map[string]int // its requests without IDs, by code
+	monoSamples  []string       // answers it may not give
+	monoFlags    []string       // what its resumed leaders were seen doing wrong
 }
 
 // String formats the report for people: one block per fault.
@@ -32,7 +37,9 @@ func (r report) String() string {
 	fmt.Fprintf(&b, "  dispensers that exited by themselves: %d %v\n", len(r.exits), r.exits)
 	fmt.Fprintf(&b, "  worker IDs lost and replaced (log lines): %v\n", r.rejoins)
 	fmt.Fprintf(&b, "  failures outside faults: %s\n", codes(r.steady))
-	var worstSeg, worstSF time.Duration
+	fmt.Fprintf(&b, "  monotonic tag %s (lease TTL %s): %d replies (%d IDs) checked against every reply received before each was sent; broken promise: %d, IDs twice: %d; requests without IDs: %s; other faults: %d %v\n",
+		monoTag, monoLeaseTTL, r.mono.replies, r.mono.ids, r.mono.broken, r.mono.dups, codes(r.monoFailures), len(r.monoSamples)+len(r.monoFlags), append(r.monoSamples, r.monoFlags...))
+	var worstSeg, worstSF, worstMono time.Duration
 	for _, res := range r.results {
 		fmt.Fprintf(&b, "  - %s\n", res.name)
 		rec := res.recovery().Round(time.Millisecond).String()
@@ -45,6 +52,13 @@ func (r report) String() string {
 		fmt.Fprintf(&b, "      longest gap without service: segment %s, snowflake %s (while it lasted); %s, %s (after)\n",
 			res.gapsDuring[wire.Segment].Round(time.Millisecond), res.gapsDuring[wire.Snowflake].Round(time.Millisecond),
 			res.gapsAfter[wire.Segment].Round(time.Millisecond), res.gapsAfter[wire.Snowflake].Round(time.Millisecond))
+		bound := "reported"
+		if res.monoBound {
+			bound = "at most " + (2 * monoLeaseTTL).String() + " (2 x TTL) asserted"
+		}
+		fmt.Fprintf(&b, "      %s: longest gap without a reply %s (%s); %d replies, without IDs: %s; requests sent after its end: %d replies, %d broken\n",
+			monoTag, res.mono.gap.Round(time.Millisecond), bound, res.mono.replies, codes(res.mono.failures), res.mono.after, res.mono.afterBroken)
+		worstMono = max(worstMono, res.mono.gap)
 		for _, s := range res.samples {
 			fmt.Fprintf(&b, "      e.g. %s\n", s)
 		}
@@ -53,6 +67,7 @@ func (r report) String() string {
 	}
 	fmt.Fprintf(&b, "  longest gap without service over all faults: segment %s, snowflake %s\n",
 		worstSeg.Round(time.Millisecond), worstSF.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  longest gap without a %s reply over all faults: %s (lease TTL %s)\n", monoTag, worstMono.Round(time.Millisecond), monoLeaseTTL)
 	return b.String()
 }
 
