@@ -10,7 +10,20 @@
 // service (every dispenser answering, issuing snowflake IDs, with all its
 // dependencies connected).
 //
-// TestChaosShort (a few faults, about a minute) runs in `make test`; TestChaos, the
-// whole sequence under heavier load, runs with `make chaos` (LEAFBUS_CHAOS=full). The
-// package has no non-test code: this file only says what it is.
+// A monotonic tag (issue 15, PROTOCOL.md "Monotonic tags") runs alongside, marked
+// through the admin API, with a 2 s --monotonic-lease-ttl: many clients spread over
+// the NATS nodes, and so over every dispenser, record each request's send and receive
+// times on the test process's one monotonic clock, and every reply must lie above
+// every reply received before its request was sent, through every fault; IDs twice,
+// or an answer other than IDs, 503 or none, fail the run. Two faults aim at the tag's
+// leader (found through $SRV.STATS): kill -9 and restart as a supervisor would, and
+// SIGSTOP past the lease until another dispenser leads, then SIGCONT, after which the
+// resumed process may not report itself leader of its old term. Each fault reports
+// the longest gap without a monotonic reply; for those two it must stay within 2
+// lease TTLs.
+//
+// TestChaosShort (a few faults, the monotonic leader's kill -9 among them, about a
+// minute) runs in `make test`; TestChaos, the whole sequence under heavier load, runs
+// with `make chaos` (LEAFBUS_CHAOS=full). The package has no non-test code: this file
+// only says what it is.
 package chaos

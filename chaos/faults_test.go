@@ -69,6 +69,11 @@ func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) res
 	r.served, r.recovered, r.notRecovered = w.waitFullService(nodes, r.recoveryTimeout)
 	time.Sleep(settle)
 	l.setPhase("steady")
+	if f.monoBound {
+		// A gap still open when the window closes counts up to its end: the window
+		// must outlast the bound, or a tag that never answers again would pass.
+		time.Sleep(time.Until(r.start.Add(2*monoLeaseTTL + 500*time.Millisecond)))
+	}
 	r.mono = w.mono.window(r.start, r.end, time.Now())
 	r.during, r.samples = l.failuresIn(during)
 	var afterSamples []string

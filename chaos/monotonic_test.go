@@ -344,6 +344,9 @@ type monoWindow struct {
 	// (those a resumed leader may have answered), and how many of them broke the
 	// promise (checked against every reply of the run).
 	after, afterBroken int
+	// late is the replies to requests sent while the fault lasted and received after
+	// its end: answers a paused process sent when it was continued, among others.
+	late int
 }
 
 // window is what happened from..until (on the wall clock's monotonic reading); end is
@@ -360,6 +363,9 @@ func (m *monoLoad) window(from, end, until time.Time) monoWindow {
 		}
 		if rep.sent >= e && rep.recv <= u {
 			win.after++
+		}
+		if rep.sent >= f && rep.sent < e && rep.recv > e {
+			win.late++
 		}
 	}
 	for _, b := range brokenReplies(m.replies) {

@@ -56,8 +56,8 @@ func (r report) String() string {
 		if res.monoBound {
 			bound = "at most " + (2 * monoLeaseTTL).String() + " (2 x TTL) asserted"
 		}
-		fmt.Fprintf(&b, "      %s: longest gap without a reply %s (%s); %d replies, without IDs: %s; requests sent after its end: %d replies, %d broken\n",
-			monoTag, res.mono.gap.Round(time.Millisecond), bound, res.mono.replies, codes(res.mono.failures), res.mono.after, res.mono.afterBroken)
+		fmt.Fprintf(&b, "      %s: longest gap without a reply %s (%s); %d replies, without IDs: %s; requests sent after its end: %d replies, %d broken; sent while it lasted, received after: %d\n",
+			monoTag, res.mono.gap.Round(time.Millisecond), bound, res.mono.replies, codes(res.mono.failures), res.mono.after, res.mono.afterBroken, res.mono.late)
 		worstMono = max(worstMono, res.mono.gap)
 		for _, s := range res.samples {
 			fmt.Fprintf(&b, "      e.g. %s\n", s)
