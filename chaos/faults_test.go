@@ -58,7 +58,7 @@ func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) res
 	r.start = time.Now()
 	w.t.Logf("chaos: %s", f.name)
 	w.takeNotes()
-	if leader, _ := w.monoLeader(nodes); leader != "" && !f.monoBound {
+	if leader, _, _ := w.monoLeader(nodes); leader != "" && !f.monoBound {
 		w.note(monoTag + " led by " + leader) // whether the fault hits its leader
 	}
 	r.end = f.run(w)

@@ -72,7 +72,7 @@ type monoLoad struct {
 	ids      []int64
 	failures []monoFailure
 	samples  []string
-	resumed  []string // what a process resumed after leading the tag was seen doing wrong
+	flagged  []string // what the run must fail for besides the checks: a resumed leader's old term
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // clients
@@ -105,7 +105,7 @@ func (w *world) markMonotonic(tag string, nodes []string) {
 	}
 	deadline := time.Now().Add(10 * monoLeaseTTL)
 	for {
-		leader, roles := w.monoLeader(nodes)
+		leader, _, roles := w.monoLeader(nodes)
 		if leader != "" && len(roles) == len(nodes) && !slices.Contains(roles, "none") && !slices.Contains(roles, "starting") {
 			w.t.Logf("chaos: %s is monotonic, led by %s", tag, leader)
 			return
@@ -118,8 +118,9 @@ func (w *world) markMonotonic(tag string, nodes []string) {
 }
 
 // monoLeader is the one of nodes that leads monoTag now ("" when none or more than
-// one does), and the roles the answering nodes report.
-func (w *world) monoLeader(nodes []string) (leader string, roles []string) {
+// one does) with the leases it took so far (its terms), and the roles the answering
+// nodes report.
+func (w *world) monoLeader(nodes []string) (leader string, terms uint64, roles []string) {
 	hs := w.probe(len(nodes), 300*time.Millisecond)
 	leaders := 0
 	for _, n := range nodes {
@@ -129,23 +130,24 @@ func (w *world) monoLeader(nodes []string) (leader string, roles []string) {
 		}
 		roles = append(roles, h.mono.Role)
 		if h.mono.Role == "leader" {
-			leader = n
+			leader, terms = n, h.mono.Terms
 			leaders++
 		}
 	}
 	if leaders != 1 {
 		leader = ""
 	}
-	return leader, roles
+	return leader, terms, roles
 }
 
-// waitMonoLeader waits (up to 10 lease TTLs) until one of nodes leads monoTag.
-func (w *world) waitMonoLeader(nodes []string) string {
+// waitMonoLeader waits (up to 10 lease TTLs) until one of nodes leads monoTag, and
+// returns it and its terms.
+func (w *world) waitMonoLeader(nodes []string) (string, uint64) {
 	w.t.Helper()
 	deadline := time.Now().Add(10 * monoLeaseTTL)
 	for {
-		if leader, _ := w.monoLeader(nodes); leader != "" {
-			return leader
+		if leader, terms, _ := w.monoLeader(nodes); leader != "" {
+			return leader, terms
 		}
 		if time.Now().After(deadline) {
 			w.t.Fatalf("no leader of %s among %v within %s", monoTag, nodes, 10*monoLeaseTTL)
@@ -395,7 +397,7 @@ func killMonoLeader(down time.Duration) fault {
 	return fault{name: "kill -9 the leader of " + monoTag + ", restarted after " + down.String(), strict: true, monoBound: true,
 		run: func(w *world) time.Time {
 			nodes := w.running()
-			leader := w.waitMonoLeader(nodes)
+			leader, _ := w.waitMonoLeader(nodes)
 			w.note("leader " + leader)
 			n := w.proc(leader).node
 			w.stop(leader, syscall.SIGKILL)
@@ -414,8 +416,7 @@ func pauseMonoLeader() fault {
 	return fault{name: "SIGSTOP the leader of " + monoTag + " past its lease until another leads, SIGCONT", strict: true, monoBound: true,
 		run: func(w *world) time.Time {
 			nodes := w.running()
-			leader := w.waitMonoLeader(nodes)
-			terms := w.probe(len(nodes), time.Second)[leader].mono.Terms
+			leader, terms := w.waitMonoLeader(nodes)
 			w.signal(leader, syscall.SIGSTOP, false)
 			stopped := time.Now()
 			time.Sleep(2 * monoLeaseTTL)
@@ -427,7 +428,7 @@ func pauseMonoLeader() fault {
 			}
 			next := ""
 			for next == "" && time.Since(stopped) < 4*monoLeaseTTL { // below the worker-ID lease
-				next, _ = w.monoLeader(others)
+				next, _, _ = w.monoLeader(others)
 			}
 			w.signal(leader, syscall.SIGCONT, false)
 			w.note(fmt.Sprintf("leader %s (term %d) paused %s; %q led meanwhile", leader, terms, time.Since(stopped).Round(time.Millisecond), next))
@@ -468,14 +469,14 @@ func (m *monoLoad) watchResumed(w *world, name string, old uint64, nodes []strin
 func (m *monoLoad) flag(s string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.resumed = append(m.resumed, s)
+	m.flagged = append(m.flagged, s)
 }
 
 // flags is what flag noted.
 func (m *monoLoad) flags() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Clone(m.resumed)
+	return slices.Clone(m.flagged)
 }
 
 // badSamples are a few failures the tag may not give: an error code but 503, a wrong
