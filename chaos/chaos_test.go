@@ -59,8 +59,8 @@ func TestChaosShort(t *testing.T) {
 }
 
 // TestChaos is the whole sequence under heavy load (make chaos): five dispensers, every
-// fault of issue 13 and the monotonic leader's kill -9 and pause (issue 15) one after
-// another, 10 million IDs and more.
+// fault of issue 13 and the monotonic leader's kill -9, pause and SIGTERM (issue 15) one
+// after another, 10 million IDs and more.
 func TestChaos(t *testing.T) {
 	if os.Getenv("LEAFBUS_CHAOS") != "full" {
 		t.Skip("the full chaos run is `make chaos` (LEAFBUS_CHAOS=full)")
@@ -78,6 +78,7 @@ func TestChaos(t *testing.T) {
 			kill9(zkLeaf.name, 200*time.Millisecond), // restarted at once, as a supervisor would
 			killMonoLeader(200 * time.Millisecond),
 			pauseMonoLeader(),
+			sigtermMonoLeader(),
 			pause(kvA.name, leaseTTL+8*time.Second, kvB.name),
 			mariaDown(8 * time.Second),
 			natsNodeDown(1, 8*time.Second),

@@ -15,12 +15,13 @@
 // the NATS nodes, and so over every dispenser, record each request's send and receive
 // times on the test process's one monotonic clock, and every reply must lie above
 // every reply received before its request was sent, through every fault; IDs twice,
-// or an answer other than IDs, 503 or none, fail the run. Two faults aim at the tag's
+// or an answer other than IDs, 503 or none, fail the run. Faults aim at the tag's
 // leader (found through $SRV.STATS): kill -9 and restart as a supervisor would, and
 // SIGSTOP past the lease until another dispenser leads, then SIGCONT, after which the
-// resumed process may not report itself leader of its old term. Each fault reports
-// the longest gap without a monotonic reply; for those two it must stay within 2
-// lease TTLs.
+// resumed process may not report itself leader of its old term; for those two the
+// longest gap without a monotonic reply must stay within 2 lease TTLs (the contract's
+// failover bound). The full run also stops the leader with SIGTERM (a graceful
+// handover, reported). Every fault reports the tag's longest gap.
 //
 // TestChaosShort (a few faults, the monotonic leader's kill -9 among them, about a
 // minute) runs in `make test`; TestChaos, the whole sequence under heavier load, runs

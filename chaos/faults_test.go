@@ -20,7 +20,12 @@ type fault struct {
 	// monoBound: the fault takes the monotonic tag's leader away; the tag must answer
 	// again within 2 lease TTLs (the contract's failover bound).
 	monoBound bool
-	run       func(w *world) time.Time
+	// monoWindow is the shortest time from the fault's start over which the monotonic
+	// tag's gap is measured: a gap still open when the window closes counts only up to
+	// its end, so the window of a fault aimed at the leader must outlast what it
+	// reports, or a tag that never answers again would pass.
+	monoWindow time.Duration
+	run        func(w *world) time.Time
 }
 
 // result is what one fault cost.
@@ -69,11 +74,7 @@ func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) res
 	r.served, r.recovered, r.notRecovered = w.waitFullService(nodes, r.recoveryTimeout)
 	time.Sleep(settle)
 	l.setPhase("steady")
-	if f.monoBound {
-		// A gap still open when the window closes counts up to its end: the window
-		// must outlast the bound, or a tag that never answers again would pass.
-		time.Sleep(time.Until(r.start.Add(2*monoLeaseTTL + 500*time.Millisecond)))
-	}
+	time.Sleep(time.Until(r.start.Add(f.monoWindow)))
 	r.mono = w.mono.window(r.start, r.end, time.Now())
 	r.during, r.samples = l.failuresIn(during)
 	var afterSamples []string

@@ -394,7 +394,8 @@ func (m *monoLoad) window(from, end, until time.Time) monoWindow {
 // released) and starts it again after down, as a supervisor would. Another dispenser
 // must serve the tag within 2 lease TTLs; no reply may break the promise.
 func killMonoLeader(down time.Duration) fault {
-	return fault{name: "kill -9 the leader of " + monoTag + ", restarted after " + down.String(), strict: true, monoBound: true,
+	return fault{name: "kill -9 the leader of " + monoTag + ", restarted after " + down.String(), strict: true,
+		monoBound: true, monoWindow: 2*monoLeaseTTL + 500*time.Millisecond,
 		run: func(w *world) time.Time {
 			nodes := w.running()
 			leader, _ := w.waitMonoLeader(nodes)
@@ -413,7 +414,8 @@ func killMonoLeader(down time.Duration) fault {
 // lease. Its stats are watched for 2 TTLs after SIGCONT: it may not report itself
 // leader of the term it had, and the promise check covers every reply it answered.
 func pauseMonoLeader() fault {
-	return fault{name: "SIGSTOP the leader of " + monoTag + " past its lease until another leads, SIGCONT", strict: true, monoBound: true,
+	return fault{name: "SIGSTOP the leader of " + monoTag + " past its lease until another leads, SIGCONT", strict: true,
+		monoBound: true, monoWindow: 2*monoLeaseTTL + 500*time.Millisecond,
 		run: func(w *world) time.Time {
 			nodes := w.running()
 			leader, terms := w.waitMonoLeader(nodes)
@@ -436,6 +438,23 @@ func pauseMonoLeader() fault {
 				w.mono.flag(fmt.Sprintf("no other dispenser led %s while %s was paused for %s", monoTag, leader, time.Since(stopped).Round(time.Millisecond)))
 			}
 			w.mono.watchResumed(w, leader, terms, nodes)
+			return time.Now()
+		}}
+}
+
+// sigtermMonoLeader stops the dispenser that leads monoTag with SIGTERM (it stops
+// serving and writes a released record, so that the next leader need not wait out the
+// lease) and starts it again. The contract bounds no graceful handover, so its gap is
+// only reported, over a window of 4 lease TTLs: long enough to show a handover that
+// waits for the released record to expire (2 TTLs) and then for a fenced start.
+func sigtermMonoLeader() fault {
+	return fault{name: "SIGTERM the leader of " + monoTag + ", restarted", strict: true, monoWindow: 4 * monoLeaseTTL,
+		run: func(w *world) time.Time {
+			leader, _ := w.waitMonoLeader(w.running())
+			w.note("leader " + leader)
+			n := w.proc(leader).node
+			w.stop(leader, syscall.SIGTERM)
+			w.start(n)
 			return time.Now()
 		}}
 }
