@@ -65,8 +65,8 @@ bench:
 
 # chaos: the whole chaos suite (package chaos, TestChaos): a 3-node NATS cluster, MariaDB,
 # ZooKeeper and five dispensers (every worker-ID registry, MySQL segments, KV R3) under a
-# steady load through the hedging client and a monotonic tag's clients, twelve faults one
-# after another (two aimed at the monotonic tag's leader), then a report (also written to
+# steady load through the hedging client and a monotonic tag's clients, thirteen faults one
+# after another (three aimed at the monotonic tag's leader), then a report (also written to
 # chaos-report.txt): IDs checked, duplicates, errors by code per fault, the longest gap
 # without service, the time from each fault's end to full service, the monotonic
 # promise checked on every reply and its failover gaps. About 3 to 4 minutes here. make
