@@ -21,7 +21,7 @@
 // resumed process may not report itself leader of its old term; for those two the
 // longest gap without a monotonic reply must stay within 2 lease TTLs (the contract's
 // failover bound). The full run also stops the leader with SIGTERM (a graceful
-// handover, reported). Every fault reports the tag's longest gap.
+// handover, held to the same bound). Every fault reports the tag's longest gap.
 //
 // TestChaosShort (a few faults, the monotonic leader's kill -9 among them, about a
 // minute) runs in `make test`; TestChaos, the whole sequence under heavier load, runs

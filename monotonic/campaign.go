@@ -61,7 +61,7 @@ func (m *Manager) tryAcquire(ctx context.Context, ts *tagState, own uint64) (*te
 	switch {
 	case own != 0 && (h == nil || h.rev <= own):
 		rev, fenced = own, false
-	case h.free():
+	case h == nil || h.gone: // no record: a fenced create
 	case h.rec.Released || h.rec.Instance == m.instance:
 		rev, fenced = h.rev, false
 	default:
