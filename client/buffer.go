@@ -106,11 +106,20 @@ type Buffer struct {
 	closeOnce sync.Once
 }
 
-// batch is one fetched batch. Next takes index next.Add(1)-1, so every index is taken
-// by exactly one Next; next runs past len(ids) once the batch is spent, and a Next that
-// gets such an index moves on under the lock.
+// batch is one fetched batch, kept as runs of consecutive IDs rather than one int64 per
+// ID: a segment reply is a few consecutive ranges, and snowflake IDs of one millisecond
+// have consecutive sequence numbers, so a batch of 1000 is one run, or a handful, of
+// 16 bytes each instead of 8 KB written by the fetcher's core and read by every other
+// (and allocated and collected once per batch). Next takes index next.Add(1)-1, so
+// every index is taken by exactly one Next; next runs past size once the batch is
+// spent, and a Next that gets such an index moves on under the lock. A batch is never
+// written after it is published, so readers need no lock to map an index to its ID.
 type batch struct {
-	ids  []int64
+	first int64 // the ID at index 0: with runs nil, index i holds first+i
+	size  int64 // IDs in the batch (the stock bound counts IDs, not runs)
+	// runs is nil when the batch is one run; else its runs in fetch order, runs[0]
+	// starting at index 0, each up to the next one's start (the last up to size).
+	runs []run
 	next atomic.Int64
 	// low is the index whose taking leaves the buffer under its low-water mark: the Next
 	// that takes it wakes the fetcher. It is set under Buffer.mu when the batch becomes
@@ -118,9 +127,78 @@ type batch struct {
 	low atomic.Int64
 }
 
+// run is IDs first, first+1, ... at a batch's indexes off, off+1, ... up to the next
+// run's off (or the batch's size).
+type run struct {
+	first int64
+	off   int64
+}
+
+// newBatch compresses ids, in fetch order, into runs. ids is the fetcher's scratch,
+// reused for the next fetch: the batch keeps no reference to it. IDs that are not
+// consecutive at all still work, as runs of one, at 16 bytes an ID and a binary search
+// per take.
+func newBatch(ids []int64) *batch {
+	c := &batch{first: ids[0], size: int64(len(ids))}
+	breaks := 0
+	for k := 1; k < len(ids); k++ {
+		if ids[k] != ids[k-1]+1 {
+			breaks++
+		}
+	}
+	if breaks == 0 {
+		return c // the common case: no slice, and at() is one add
+	}
+	c.runs = make([]run, 0, breaks+1)
+	c.runs = append(c.runs, run{first: ids[0]})
+	for k := 1; k < len(ids); k++ {
+		if ids[k] != ids[k-1]+1 {
+			c.runs = append(c.runs, run{first: ids[k], off: int64(k)})
+		}
+	}
+	return c
+}
+
+// at is the ID at index i, 0 <= i < size.
+func (c *batch) at(i int64) int64 {
+	if c.runs == nil {
+		return c.first + i
+	}
+	k := c.runAt(i)
+	return c.runs[k].first + i - c.runs[k].off
+}
+
+// runAt is the index in runs of the run holding batch index i (runs not nil): the last
+// run starting at or before i, by binary search.
+func (c *batch) runAt(i int64) int {
+	lo, hi := 0, len(c.runs) // runs[lo].off <= i < runs[hi].off, hi = len meaning size
+	for hi-lo > 1 {
+		mid := int(uint(lo+hi) >> 1)
+		if c.runs[mid].off <= i {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// stretch is the consecutive IDs at indexes i..end-1 (end <= size) that start at i: the
+// first ID and how many follow it before a run ends or end is reached.
+func (c *batch) stretch(i, end int64) (first, n int64) {
+	if c.runs == nil {
+		return c.first + i, end - i
+	}
+	k := c.runAt(i)
+	if k+1 < len(c.runs) {
+		end = min(end, c.runs[k+1].off)
+	}
+	return c.runs[k].first + i - c.runs[k].off, end - i
+}
+
 // left is how many IDs the batch still holds.
 func (c *batch) left() int {
-	if n := int64(len(c.ids)) - c.next.Load(); n > 0 {
+	if n := c.size - c.next.Load(); n > 0 {
 		return int(n)
 	}
 	return 0
@@ -172,73 +250,75 @@ func newBuffer(kind wire.Kind, tag string, opts BufferOptions, fetch func(contex
 // (a *Error for a dispenser's error reply) at once.
 func (b *Buffer) Next(ctx context.Context) (int64, error) {
 	c := b.cur.Load()
-	if i := c.next.Add(1) - 1; i < int64(len(c.ids)) {
+	if i := c.next.Add(1) - 1; i < c.size {
 		if i == c.low.Load() {
 			b.poke()
 		}
-		return c.ids[i], nil
+		return c.at(i), nil
 	}
 	return b.nextSlow(ctx)
 }
 
-// nextSlow is Next once the current batch is spent: it takes a run of one ID.
+// nextSlow is Next once the current batch is spent: it claims one index.
 func (b *Buffer) nextSlow(ctx context.Context) (int64, error) {
-	run, err := b.takeSlow(ctx, 1)
+	c, start, _, err := b.takeSlow(ctx, 1)
 	if err != nil {
 		return 0, err
 	}
-	return run[0], nil
+	return c.at(start), nil
 }
 
-// claim takes up to n IDs of batch c with one add: indexes next..next+n-1, cut at the
-// batch's end (so a run never spans batches, and the indexes past the end are spent
+// claim takes up to n indexes of batch c with one add: next..next+n-1, cut at the
+// batch's end (so a claim never spans batches, and the indexes past the end are spent
 // like those a Next gets there). Every index goes to exactly one claim or Next. The
-// claim whose run holds c's low-water index wakes the fetcher, as the Next that takes
-// it would (see setLow: low is read after the add). It returns nil when c is spent.
-func (b *Buffer) claim(c *batch, n int64) []int64 {
-	end := c.next.Add(n)
-	start, size := end-n, int64(len(c.ids))
-	if start >= size {
-		return nil
+// claim holding c's low-water index wakes the fetcher, as the Next that takes it would
+// (see setLow: low is read after the add). It returns the indexes start..end-1, and
+// ok false when c is spent.
+func (b *Buffer) claim(c *batch, n int64) (start, end int64, ok bool) {
+	end = c.next.Add(n)
+	start = end - n
+	if start >= c.size {
+		return 0, 0, false
 	}
-	end = min(end, size)
+	end = min(end, c.size)
 	if low := c.low.Load(); start <= low && low < end {
 		b.poke()
 	}
-	return c.ids[start:end:end] // capped: the run's owner cannot append into the batch
+	return start, end, true
 }
 
-// take claims a run of 1 to n IDs for a Cursor: from the current batch without a lock,
-// else as takeSlow does.
-func (b *Buffer) take(ctx context.Context, n int64) ([]int64, error) {
-	if run := b.claim(b.cur.Load(), n); run != nil {
-		return run, nil
+// take claims indexes start..end-1 (1 to n of them) of batch c for a Cursor: from the
+// current batch without a lock, else as takeSlow does.
+func (b *Buffer) take(ctx context.Context, n int64) (c *batch, start, end int64, err error) {
+	c = b.cur.Load()
+	if start, end, ok := b.claim(c, n); ok {
+		return c, start, end, nil
 	}
 	return b.takeSlow(ctx, n)
 }
 
-// takeSlow claims a run of 1 to n IDs once the current batch is spent: it moves on to
-// the next batch fetched, or waits for one, with Next's errors (ErrBufferClosed, the
-// last fetch's error, ctx's).
-func (b *Buffer) takeSlow(ctx context.Context, n int64) ([]int64, error) {
+// takeSlow claims 1 to n indexes of a batch once the current batch is spent: it moves
+// on to the next batch fetched, or waits for one, with Next's errors (ErrBufferClosed,
+// the last fetch's error, ctx's).
+func (b *Buffer) takeSlow(ctx context.Context, n int64) (*batch, int64, int64, error) {
 	for {
 		b.mu.Lock()
 		if b.closed.Load() {
 			b.mu.Unlock()
-			return nil, ErrBufferClosed
+			return nil, 0, 0, ErrBufferClosed
 		}
 		c := b.cur.Load()
 		if c.left() == 0 && len(b.queue) > 0 {
 			c = b.queue[0]
 			b.queue[0] = nil
 			b.queue = b.queue[1:]
-			b.queued -= len(c.ids)
+			b.queued -= int(c.size)
 			b.install(c)
 		}
 		if c.left() > 0 {
 			b.mu.Unlock()
-			if run := b.claim(c, n); run != nil {
-				return run, nil
+			if start, end, ok := b.claim(c, n); ok {
+				return c, start, end, nil
 			}
 			continue // others took the rest meanwhile
 		}
@@ -246,11 +326,11 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) ([]int64, error) {
 		b.mu.Unlock()
 		b.poke()
 		if err != nil {
-			return nil, err
+			return nil, 0, 0, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%s ID of %q from the buffer: %w", b.kind, b.tag, ctx.Err())
+			return nil, 0, 0, fmt.Errorf("%s ID of %q from the buffer: %w", b.kind, b.tag, ctx.Err())
 		case <-changed:
 		}
 	}
@@ -272,7 +352,7 @@ func (b *Buffer) install(c *batch) {
 // wakes the fetcher itself when it starts under the mark); and a Next reads low after
 // its add, so it sees any change made before the fetcher last looked. b.mu is held.
 func (b *Buffer) setLow(c *batch) int64 {
-	low := int64(len(c.ids) - (b.opts.LowWater - b.queued))
+	low := c.size - int64(b.opts.LowWater-b.queued)
 	c.low.Store(low)
 	return low
 }
@@ -322,6 +402,10 @@ func (b *Buffer) broadcast() {
 func (b *Buffer) run(ctx context.Context) {
 	defer close(b.done)
 	bo := backoff.New(backoff.Policy{Min: fetchRetryMin, Max: b.opts.RetryMax, Jitter: 0.5})
+	// scratch is decoded into and compressed into runs by newBatch, which keeps no
+	// reference to it, so one is enough for every fetch: Fill writes it only before it
+	// returns.
+	scratch := make([]int64, b.opts.Batch)
 	for {
 		b.mu.Lock()
 		need := b.count() < b.opts.LowWater
@@ -334,8 +418,7 @@ func (b *Buffer) run(ctx context.Context) {
 			}
 			continue
 		}
-		ids := make([]int64, b.opts.Batch) // handed to the buffer, so never reused
-		err := b.fetch(ctx, ids)
+		err := b.fetch(ctx, scratch)
 		if ctx.Err() != nil {
 			return // closing: what was fetched is dropped with the rest
 		}
@@ -343,7 +426,7 @@ func (b *Buffer) run(ctx context.Context) {
 		if err != nil {
 			b.err = err
 		} else {
-			b.add(&batch{ids: ids})
+			b.add(newBatch(scratch))
 			b.err = nil
 		}
 		b.broadcast()
@@ -366,6 +449,6 @@ func (b *Buffer) add(c *batch) {
 		return
 	}
 	b.queue = append(b.queue, c)
-	b.queued += len(c.ids)
+	b.queued += int(c.size)
 	b.setLow(b.cur.Load())
 }

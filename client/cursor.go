@@ -21,16 +21,21 @@ import (
 //     cursor holds at most its run size beyond the buffer's Batches*Batch.
 type Cursor struct {
 	closed *atomic.Bool // the buffer's
-	run    []int64      // the run claimed last; run[pos:] is not handed out yet
-	pos    int
-	b      *Buffer
-	n      int64 // run size, 1..Batch
-	// Next writes pos for every ID: the padding makes a Cursor 128 bytes (56 of
-	// fields), a size class whose objects sit alone on their two cache lines, so that
-	// cursors of goroutines on different cores allocated side by side do not share a
-	// line (false sharing would bounce it between the cores on every ID, as a shared
-	// counter does).
-	_ [128 - 56]byte
+	// id is the next ID to hand out and left how many consecutive IDs from it are
+	// claimed and not handed out yet: Next is an increment while left > 0.
+	id, left int64
+	// batch's indexes pos..end-1 are claimed and follow id's stretch; they are walked
+	// run by run when left reaches 0 (a batch of one run leaves none).
+	batch    *batch
+	pos, end int64
+	b        *Buffer
+	n        int64 // claim size, 1..Batch
+	// Next writes id and left for every ID: the padding makes a Cursor 128 bytes (64
+	// of fields), a size class whose objects sit alone on their two cache lines, so
+	// that cursors of goroutines on different cores allocated side by side do not
+	// share a line (false sharing would bounce it between the cores on every ID, as a
+	// shared counter does).
+	_ [128 - 64]byte
 }
 
 // Cursor returns a cursor that claims up to n IDs at a time from b: one atomic add (a
@@ -49,20 +54,35 @@ func (b *Buffer) Cursor(n int) *Cursor {
 // until ctx ends, and returns the last fetch's error, or ErrBufferClosed once the
 // buffer is closed (dropping what the run still held).
 func (c *Cursor) Next(ctx context.Context) (int64, error) {
-	if c.pos < len(c.run) && !c.closed.Load() {
-		c.pos++
-		return c.run[c.pos-1], nil
+	if c.left > 0 && !c.closed.Load() {
+		c.left--
+		c.id++
+		return c.id - 1, nil
 	}
 	return c.claim(ctx)
 }
 
-// claim is Next with the run used up or the buffer closed: it claims the next run.
+// claim is Next with the current stretch of consecutive IDs used up or the buffer
+// closed: it moves to the claimed indexes' next run, or claims more.
 func (c *Cursor) claim(ctx context.Context) (int64, error) {
-	c.run, c.pos = nil, 0 // spent, or dropped by Close: never handed out
-	run, err := c.b.take(ctx, c.n)
-	if err != nil {
-		return 0, err
+	if c.closed.Load() {
+		c.drop() // never handed out after Close
 	}
-	c.run, c.pos = run, 1
-	return run[0], nil
+	if c.pos >= c.end {
+		batch, start, end, err := c.b.take(ctx, c.n)
+		if err != nil {
+			c.drop()
+			return 0, err
+		}
+		c.batch, c.pos, c.end = batch, start, end
+	}
+	first, n := c.batch.stretch(c.pos, c.end)
+	c.pos += n
+	c.id, c.left = first+1, n-1
+	return first, nil
+}
+
+// drop forgets what the cursor claimed and did not hand out: a gap, never a repeat.
+func (c *Cursor) drop() {
+	c.left, c.batch, c.pos, c.end = 0, nil, 0, 0
 }

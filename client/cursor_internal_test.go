@@ -13,11 +13,13 @@ import (
 
 // TestCursorConcurrentRefills: goroutines with a cursor each (runs of several sizes,
 // some beyond a batch) and goroutines calling Buffer.Next share a small buffer through
-// many batch changes and refills. Each goroutine's IDs increase, no cursor ever holds
-// more than its run, the buffer never holds more than its bound, and once the fetcher
-// is stopped the IDs handed out, those left in cursors and those left in the buffer
-// are exactly 1..M with no repeat: nothing is handed out twice and nothing is lost but
-// the cursors' tails (and a batch fetched as the fetcher stopped, which is the last).
+// many batch changes and refills, from sources of consecutive IDs and of IDs with gaps
+// (batches of many runs, runs of one, so that claims cross runs). Each goroutine's IDs
+// increase, no cursor ever holds more than its run, the buffer never holds more than
+// its bound, and once the fetcher is stopped the IDs handed out, those left in cursors
+// and those left in the buffer are exactly those fetched, with no repeat: nothing is
+// handed out twice and nothing is lost but the cursors' tails (and a batch fetched as
+// the fetcher stopped, which is the last).
 // Run it with -race.
 func TestCursorConcurrentRefills(t *testing.T) {
 	for _, tt := range []struct {
@@ -28,60 +30,32 @@ func TestCursorConcurrentRefills(t *testing.T) {
 		{"OK/OneBatch", 7, 1, 1},
 		{"OK/ManySmallBatches", 3, 50, 120},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var fetched atomic.Int64
-			count := countingFetch()
-			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), func(ctx context.Context, dst []int64) error {
-				fetched.Add(int64(len(dst)))
-				return count(ctx, dst)
+		for _, src := range sourceShapes {
+			t.Run(tt.name+"/"+src.name, func(t *testing.T) {
+				s := newSource(src.shape)
+				b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), s.fetch)
+				runs := []int{1, 2, 5, 16, 64, 1000, 1, 2, 5, 16, 64, 1000}
+				const plain, each = 4, 20000
+				got, cursors := drainWithCursors(t, b, runs, plain, each, tt.batch*tt.batches)
+				b.stop() // stop the fetcher, but keep what the buffer holds to count it
+				<-b.done
+				var all []int64
+				for _, ids := range got {
+					all = append(all, ids...)
+				}
+				for _, c := range cursors {
+					all = append(all, heldIDs(c)...)
+				}
+				b.mu.Lock()
+				if cur := b.cur.Load(); cur.left() > 0 {
+					all = append(all, idsFrom(cur, cur.size-int64(cur.left()))...)
+				}
+				for _, q := range b.queue {
+					all = append(all, idsFrom(q, 0)...)
+				}
+				b.mu.Unlock()
+				checkExactlyFetched(t, all, s.fetched())
 			})
-			runs := []int{1, 2, 5, 16, 64, 1000, 1, 2, 5, 16, 64, 1000}
-			const plain, each = 4, 20000
-			got, cursors := drainWithCursors(t, b, runs, plain, each, tt.batch*tt.batches)
-			b.stop() // stop the fetcher, but keep what the buffer holds to count it
-			<-b.done
-			var all []int64
-			for _, ids := range got {
-				all = append(all, ids...)
-			}
-			for _, c := range cursors {
-				all = append(all, c.run[c.pos:]...)
-			}
-			b.mu.Lock()
-			if cur := b.cur.Load(); cur.left() > 0 {
-				all = append(all, cur.ids[len(cur.ids)-cur.left():]...)
-			}
-			for _, q := range b.queue {
-				all = append(all, q.ids...)
-			}
-			b.mu.Unlock()
-			checkExactly1toM(t, all, fetched.Load(), int64(tt.batch))
-		})
-	}
-}
-
-// checkExactly1toM fails unless ids are 1..M, each once, for an M that is all that
-// was fetched or all but the last batch (dropped if the fetcher was stopped after
-// fetching it).
-func checkExactly1toM(t *testing.T, ids []int64, fetched, batch int64) {
-	t.Helper()
-	seen := make([]bool, fetched+1)
-	for _, id := range ids {
-		if id < 1 || id > fetched {
-			t.Fatalf("ID %d: outside the %d fetched", id, fetched)
-		}
-		if seen[id] {
-			t.Fatalf("ID %d handed out or held twice", id)
-		}
-		seen[id] = true
-	}
-	m := int64(len(ids))
-	if m != fetched && m != fetched-batch {
-		t.Fatalf("%d IDs handed out or held of %d fetched in batches of %d", m, fetched, batch)
-	}
-	for id := int64(1); id <= m; id++ {
-		if !seen[id] {
-			t.Fatalf("ID %d of 1..%d lost: neither handed out nor held", id, m)
 		}
 	}
 }
@@ -120,7 +94,7 @@ func drainWithCursors(t *testing.T, b *Buffer, runs []int, plain, each, bound in
 		if g < len(runs) {
 			c := b.Cursor(runs[g])
 			cursors[g] = c
-			next, held = c.Next, func() int { return len(c.run) - c.pos }
+			next, held = c.Next, func() int { return cursorHeld(c) }
 			maxHeld = min(runs[g], b.opts.Batch)
 		}
 		wg.Go(func() {
@@ -240,8 +214,8 @@ func TestCursorClose(t *testing.T) {
 				t.Fatalf("Cursor.Next after Close = %d, %v, want ErrBufferClosed (IDs 2-4 dropped)", id, err)
 			}
 		}
-		if c.pos < len(c.run) {
-			t.Fatalf("the cursor keeps %d IDs after Close, want them dropped", len(c.run)-c.pos)
+		if n := cursorHeld(c); n > 0 {
+			t.Fatalf("the cursor keeps %d IDs after Close, want them dropped", n)
 		}
 	})
 }
