@@ -128,15 +128,10 @@ func TestBufferConcurrentRefills(t *testing.T) {
 	}
 }
 
-// drainConcurrently takes each IDs from b on each of goroutines goroutines while
-// another checks that b never holds more than bound, and returns every goroutine's IDs.
-func drainConcurrently(t *testing.T, b *Buffer, goroutines, each, bound int) [][]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	got := make([][]int64, goroutines)
-	errs := make(chan error, goroutines+1)
-	stop := make(chan struct{})
+// watchBound checks every 50µs, until stop is called, that b never holds more than
+// bound IDs; a breach goes to errs.
+func watchBound(b *Buffer, bound int, errs chan<- error) (stop func()) {
+	done := make(chan struct{})
 	var checker sync.WaitGroup
 	checker.Go(func() {
 		for {
@@ -145,12 +140,27 @@ func drainConcurrently(t *testing.T, b *Buffer, goroutines, each, bound int) [][
 				return
 			}
 			select {
-			case <-stop:
+			case <-done:
 				return
 			case <-time.After(50 * time.Microsecond):
 			}
 		}
 	})
+	return func() {
+		close(done)
+		checker.Wait()
+	}
+}
+
+// drainConcurrently takes each IDs from b on each of goroutines goroutines while
+// another checks that b never holds more than bound, and returns every goroutine's IDs.
+func drainConcurrently(t *testing.T, b *Buffer, goroutines, each, bound int) [][]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got := make([][]int64, goroutines)
+	errs := make(chan error, goroutines+1)
+	stopChecker := watchBound(b, bound, errs)
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
@@ -171,8 +181,7 @@ func drainConcurrently(t *testing.T, b *Buffer, goroutines, each, bound int) [][
 		})
 	}
 	wg.Wait()
-	close(stop)
-	checker.Wait()
+	stopChecker()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)

@@ -72,21 +72,7 @@ func drainWithCursors(t *testing.T, b *Buffer, runs []int, plain, each, bound in
 	got := make([][]int64, goroutines)
 	cursors := make([]*Cursor, len(runs))
 	errs := make(chan error, goroutines+1)
-	stop := make(chan struct{})
-	var checker sync.WaitGroup
-	checker.Go(func() {
-		for {
-			if n := b.Len(); n > bound {
-				errs <- fmt.Errorf("buffer holds %d IDs, above its bound %d", n, bound)
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Microsecond):
-			}
-		}
-	})
+	stopChecker := watchBound(b, bound, errs)
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		next, held := b.Next, func() int { return 0 }
@@ -119,8 +105,7 @@ func drainWithCursors(t *testing.T, b *Buffer, runs []int, plain, each, bound in
 		})
 	}
 	wg.Wait()
-	close(stop)
-	checker.Wait()
+	stopChecker()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
