@@ -131,19 +131,18 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 		fmt.Fprint(fs.Output(), usageIntro)
 		fs.PrintDefaults()
 	}
-	tags := strings.Join(cfg.Tags, ",")
-	kind, encoding := cfg.Kind.String(), cfg.Encoding.String()
-
 	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
 	cfg.Conn.RegisterFlags(fs)
 	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
 	fs.StringVar(&cfg.HTTP, "http", "", "load a server with Leaf's HTTP API at this base `URL` instead of NATS: GET /api/segment/get/{tag} and /api/snowflake/get/{tag}, ?count=N for --batch; text replies only")
 	fs.DurationVar(&cfg.StoreDelay, "store-delay", 0, "with --embedded: delay every segment store call by this much, as a slow database would")
 
-	fs.StringVar(&kind, "kind", kind, "ID `kind`: segment or snowflake")
-	fs.StringVar(&tags, "tags", tags, "comma separated biz `tags`; requests go round robin over them")
+	shape := registerIDShape(fs, &cfg, idShapeUsage{
+		kind:     "ID `kind`: segment or snowflake",
+		tags:     "comma separated biz `tags`; requests go round robin over them",
+		encoding: "reply encoding: text, or binary (sent as header Leaf-Encoding: binary)",
+	})
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "IDs per request; 1 sends an empty body as a plain client does")
-	fs.StringVar(&encoding, "encoding", encoding, "reply encoding: text, or binary (sent as header Leaf-Encoding: binary)")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix of the deployment (the dispenser's --prefix)")
 
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "client connections; each is its own NATS connection with its own reply inbox")
@@ -173,13 +172,8 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	cfg.Tags = splitList(tags)
-	var err error
-	if cfg.Kind, err = wire.ParseKind(kind); err != nil {
-		return cfg, fmt.Errorf("%w: --kind %q must be segment or snowflake", ErrInvalidConfig, kind)
-	}
-	if cfg.Encoding, err = wire.ParseEncoding(encoding); err != nil {
-		return cfg, fmt.Errorf("%w: --encoding %q must be text or binary", ErrInvalidConfig, encoding)
+	if err := shape.apply(&cfg); err != nil {
+		return cfg, err
 	}
 	if set["requests"] && !set["duration"] {
 		cfg.Duration = 0
@@ -188,6 +182,35 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// idShape is the flags that say which IDs the requests ask for, held as text until the
+// command line is parsed: bench and `bench echo` read them alike.
+type idShape struct{ kind, tags, encoding string }
+
+// idShapeUsage is each command's help text for the idShape flags.
+type idShapeUsage struct{ kind, tags, encoding string }
+
+// registerIDShape adds --kind, --tags and --encoding, defaulting to cfg's values.
+func registerIDShape(fs *flag.FlagSet, cfg *Config, usage idShapeUsage) *idShape {
+	s := &idShape{kind: cfg.Kind.String(), tags: strings.Join(cfg.Tags, ","), encoding: cfg.Encoding.String()}
+	fs.StringVar(&s.kind, "kind", s.kind, usage.kind)
+	fs.StringVar(&s.tags, "tags", s.tags, usage.tags)
+	fs.StringVar(&s.encoding, "encoding", s.encoding, usage.encoding)
+	return s
+}
+
+// apply parses the flags into cfg, naming the flag of a bad value.
+func (s *idShape) apply(cfg *Config) error {
+	cfg.Tags = splitList(s.tags)
+	var err error
+	if cfg.Kind, err = wire.ParseKind(s.kind); err != nil {
+		return fmt.Errorf("%w: --kind %q must be segment or snowflake", ErrInvalidConfig, s.kind)
+	}
+	if cfg.Encoding, err = wire.ParseEncoding(s.encoding); err != nil {
+		return fmt.Errorf("%w: --encoding %q must be text or binary", ErrInvalidConfig, s.encoding)
+	}
+	return nil
 }
 
 // checkFlagsTogether refuses flags that contradict each other, or that only mean

@@ -64,15 +64,15 @@ func parseEchoFlags(args []string, output io.Writer) (echoConfig, error) {
 		fmt.Fprint(fs.Output(), echoUsage)
 		fs.PrintDefaults()
 	}
-	tags := strings.Join(ec.Tags, ",")
-	kind, encoding := ec.Kind.String(), ec.Encoding.String()
 	fs.StringVar(&ec.Conn.URLs, "nats", ec.Conn.URLs, "NATS server URL(s), comma separated")
 	ec.Conn.RegisterFlags(fs)
 	fs.StringVar(&ec.Prefix, "prefix", ec.Prefix, "subject prefix of the dispenser to sample replies from")
-	fs.StringVar(&kind, "kind", kind, "ID `kind` of the sampled replies: segment or snowflake")
-	fs.StringVar(&tags, "tags", tags, "comma separated biz `tags`; one canned reply each")
+	shape := registerIDShape(fs, &ec.Config, idShapeUsage{
+		kind:     "ID `kind` of the sampled replies: segment or snowflake",
+		tags:     "comma separated biz `tags`; one canned reply each",
+		encoding: "encoding of the sampled replies: text or binary",
+	})
 	fs.IntVar(&ec.Batch, "batch", ec.Batch, "IDs per sampled reply")
-	fs.StringVar(&encoding, "encoding", encoding, "encoding of the sampled replies: text or binary")
 	fs.DurationVar(&ec.Timeout, "timeout", ec.Timeout, "for the sample requests")
 	fs.IntVar(&ec.Responders, "responders", ec.Responders, "responders, each a queue subscription on its own connection")
 	fs.StringVar(&ec.Subject, "subject", "", "subject prefix to serve (default: a new _bench.echo.<unique>)")
@@ -83,13 +83,8 @@ func parseEchoFlags(args []string, output io.Writer) (echoConfig, error) {
 	if fs.NArg() > 0 {
 		return ec, fmt.Errorf("%w: unexpected argument %q", ErrInvalidConfig, fs.Arg(0))
 	}
-	ec.Tags = splitList(tags)
-	var err error
-	if ec.Kind, err = wire.ParseKind(kind); err != nil {
-		return ec, fmt.Errorf("%w: --kind %q must be segment or snowflake", ErrInvalidConfig, kind)
-	}
-	if ec.Encoding, err = wire.ParseEncoding(encoding); err != nil {
-		return ec, fmt.Errorf("%w: --encoding %q must be text or binary", ErrInvalidConfig, encoding)
+	if err := shape.apply(&ec.Config); err != nil {
+		return ec, err
 	}
 	if ec.Conn.Password == "" {
 		ec.Conn.Password = os.Getenv(envEchoPassword)
