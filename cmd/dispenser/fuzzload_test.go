@@ -94,6 +94,9 @@ func TestFuzzedRequests(t *testing.T) {
 	}
 }
 
+// fuzzSubjects are the dispenser's subjects (PROTOCOL.md, through package wire).
+var fuzzSubjects = wire.Subjects{Prefix: wire.DefaultPrefix}
+
 // fuzzRequest is one random request and what the wire parsers say of it.
 type fuzzRequest struct {
 	msg       *nats.Msg
@@ -115,7 +118,7 @@ func newFuzzRequest(rng *rand.Rand) fuzzRequest {
 	case r < 70:
 		return newFuzzIDRequest(rng)
 	case r < 80:
-		return fuzzRequest{msg: &nats.Msg{Subject: "leaf.decode.snowflake", Data: fuzzNumber(rng), Header: fuzzHeader(rng)}, served: true}
+		return fuzzRequest{msg: &nats.Msg{Subject: fuzzSubjects.Decode(), Data: fuzzNumber(rng), Header: fuzzHeader(rng)}, served: true}
 	case r < 95:
 		return newFuzzAdminRequest(rng)
 	default:
@@ -137,7 +140,7 @@ func newFuzzIDRequest(rng *rand.Rand) fuzzRequest {
 	}
 	body := fuzzCount(rng)
 	h := fuzzHeader(rng)
-	req := fuzzRequest{msg: &nats.Msg{Subject: "leaf." + kind.String() + "." + tag, Data: body, Header: h}, served: true}
+	req := fuzzRequest{msg: &nats.Msg{Subject: fuzzSubjects.IDs(kind, tag), Data: body, Header: h}, served: true}
 	var errTag, errCount, errEnc error
 	errTag = wire.CheckTag(tag)
 	req.n, errCount = wire.ParseCount(body, wire.DefaultMaxBatch)
@@ -173,7 +176,7 @@ func newFuzzAdminRequest(rng *rand.Rand) fuzzRequest {
 	case 1:
 		body = fuzzBytes(rng, 256)
 	}
-	return fuzzRequest{msg: &nats.Msg{Subject: "leaf.admin.tags." + op, Data: body, Header: fuzzHeader(rng)}, served: true}
+	return fuzzRequest{msg: &nats.Msg{Subject: fuzzSubjects.AdminTags(op), Data: body, Header: fuzzHeader(rng)}, served: true}
 }
 
 // fuzzTagToken is a subject token for a tag: often valid, often not (too long, empty
