@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"io"
 	"testing"
 
 	"github.com/leafbus/leafbus/httpapi"
@@ -32,12 +30,9 @@ func TestHTTPFlags(t *testing.T) {
 		{"ErrMaxTags", []string{"--metrics-max-tags", "-1"}, nil, "", false, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := defaultConfig()
-			err := c.parse(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if tt.wantErr {
-				if !errors.As(err, new(*usageError)) {
-					t.Fatalf("parse(%q) = %v, want a usage error", tt.args, err)
-				}
+				wantUsageError(t, tt.args, err, "")
 				return
 			}
 			if err != nil || c.HTTP != tt.wantHTTP || c.HTTPExplicit != tt.wantExplicit || c.MetricsMaxTags != tt.wantMaxTags {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,8 +100,7 @@ func TestMonotonicLeaseTTLFlag(t *testing.T) {
 		{"ErrTooShort", []string{"--monotonic-lease-ttl", "100ms"}, nil, 0, "--monotonic-lease-ttl 100ms: want at least 600ms"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := defaultConfig()
-			err := c.parse(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if err == nil {
 				err = c.Validate()
 			}

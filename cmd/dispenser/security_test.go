@@ -58,13 +58,9 @@ func TestSecurityFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := defaultConfig()
-			err := c.parse(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if tt.wantMsg != "" {
-				testutil.CheckErr(t, "parse", err, nil, tt.wantMsg)
-				if exitCode(err, io.Discard) != 2 {
-					t.Errorf("exit code of %v: want 2 (usage)", err)
-				}
+				wantUsageError(t, tt.args, err, tt.wantMsg)
 				return
 			}
 			if err != nil {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"io"
 	"testing"
 	"time"
 )
@@ -23,12 +21,9 @@ func TestStartTimeoutFlag(t *testing.T) {
 		{"ErrNegative", []string{"--start-timeout", "-1s"}, nil, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := defaultConfig()
-			err := c.parse(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if tt.wantErr {
-				if !errors.As(err, new(*usageError)) {
-					t.Fatalf("parse(%q) = %v, want a usage error", tt.args, err)
-				}
+				wantUsageError(t, tt.args, err, "")
 				return
 			}
 			if err != nil || c.StartTimeout != tt.want {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"io"
 	"testing"
-
-	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 // TestWorkerIDRangeFlags: --worker-id-min and --worker-id-max come from flags or
@@ -29,13 +26,9 @@ func TestWorkerIDRangeFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := defaultConfig()
-			err := c.parse(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if tt.wantMsg != "" {
-				testutil.CheckErr(t, "parse", err, nil, tt.wantMsg)
-				if exitCode(err, io.Discard) != 2 {
-					t.Errorf("exit code of %v: want 2 (usage)", err)
-				}
+				wantUsageError(t, tt.args, err, tt.wantMsg)
 				return
 			}
 			if err != nil {
