@@ -60,29 +60,38 @@ func TestBufferRefillsAtLowWater(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fetches := make(chan struct{}, 100)
-			count := countingFetch()
-			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), func(ctx context.Context, dst []int64) error {
-				fetches <- struct{}{}
-				return count(ctx, dst)
-			})
-			waitFor(t, func() bool { return b.Len() == tt.settle }, "the buffer to settle")
-			drain(fetches)
-			ctx := context.Background()
-			for i := range tt.takeBeforeFetch {
-				if _, err := b.Next(ctx); err != nil {
-					t.Fatalf("Next %d: %v", i, err)
-				}
-				if i < tt.takeBeforeFetch-1 && len(fetches) > 0 {
-					t.Fatalf("fetched after %d Next calls, with %d IDs left of LowWater %d", i+1, b.Len(), tt.low)
-				}
-			}
-			select {
-			case <-fetches:
-			case <-time.After(5 * time.Second):
-				t.Fatalf("no fetch within 5s of the buffer going under LowWater %d (it holds %d)", tt.low, b.Len())
-			}
+			wakesAtLowWater(t, tt.batch, tt.batches, tt.low, tt.settle, tt.takeBeforeFetch, func(b *Buffer) func(context.Context) (int64, error) { return b.Next })
 		})
+	}
+}
+
+// wakesAtLowWater builds a buffer of batch x batches IDs with low-water mark low and a
+// counting source, lets it settle at settle IDs, then takes n IDs through the taker
+// takerOf gives for it: no fetch may start before the n-th, and one must follow it.
+func wakesAtLowWater(t *testing.T, batch, batches, low, settle, n int, takerOf func(*Buffer) func(context.Context) (int64, error)) {
+	t.Helper()
+	fetches := make(chan struct{}, 100)
+	count := countingFetch()
+	b := mustNewBuffer(t, testOptions(batch, batches, low), func(ctx context.Context, dst []int64) error {
+		fetches <- struct{}{}
+		return count(ctx, dst)
+	})
+	waitFor(t, func() bool { return b.Len() == settle }, "the buffer to settle")
+	drain(fetches)
+	next := takerOf(b)
+	ctx := context.Background()
+	for i := range n {
+		if _, err := next(ctx); err != nil {
+			t.Fatalf("Next %d: %v", i, err)
+		}
+		if i < n-1 && len(fetches) > 0 {
+			t.Fatalf("fetched after %d Next calls, with %d IDs left of LowWater %d", i+1, b.Len(), low)
+		}
+	}
+	select {
+	case <-fetches:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no fetch within 5s of the buffer going under LowWater %d (it holds %d)", low, b.Len())
 	}
 }
 

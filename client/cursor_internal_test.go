@@ -129,29 +129,7 @@ func TestCursorRefillsAtLowWater(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fetches := make(chan struct{}, 100)
-			count := countingFetch()
-			b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), func(ctx context.Context, dst []int64) error {
-				fetches <- struct{}{}
-				return count(ctx, dst)
-			})
-			waitFor(t, func() bool { return b.Len() == tt.settle }, "the buffer to settle")
-			drain(fetches)
-			c := b.Cursor(tt.run)
-			ctx := context.Background()
-			for i := range tt.nextsBeforeAnyFetch {
-				if _, err := c.Next(ctx); err != nil {
-					t.Fatalf("Next %d: %v", i, err)
-				}
-				if i < tt.nextsBeforeAnyFetch-1 && len(fetches) > 0 {
-					t.Fatalf("fetched after %d Next calls, with %d IDs left of LowWater %d", i+1, b.Len(), tt.low)
-				}
-			}
-			select {
-			case <-fetches:
-			case <-time.After(5 * time.Second):
-				t.Fatalf("no fetch within 5s of the buffer going under LowWater %d (it holds %d)", tt.low, b.Len())
-			}
+			wakesAtLowWater(t, tt.batch, tt.batches, tt.low, tt.settle, tt.nextsBeforeAnyFetch, func(b *Buffer) func(context.Context) (int64, error) { return b.Cursor(tt.run).Next })
 		})
 	}
 }
