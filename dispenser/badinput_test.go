@@ -59,7 +59,7 @@ func TestEpochAgainstClock(t *testing.T) {
 // --mysql-dsn and never the password, for the segment store and the worker registry.
 func TestMySQLDSNFailsFast(t *testing.T) {
 	const password = "hunter2secret"
-	silent := silentListener(t)
+	silent := testenv.SilentTCP(t)
 	refused := closedPort(t)
 	tests := []struct {
 		name, dsn    string
@@ -183,36 +183,6 @@ func TestConfigModes(t *testing.T) {
 			testutil.CheckErr(t, "Validate", cfg.Validate(), nil, tt.wantMsg)
 		})
 	}
-}
-
-// silentListener accepts TCP connections and never writes a byte: a MySQL server that
-// hangs, or something else listening on its port. It is closed at cleanup.
-func silentListener(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	tb.Cleanup(func() {
-		l.Close()
-		<-done
-	})
-	return l.Addr().String()
 }
 
 // closedPort is a loopback address nothing listens on.

@@ -2,13 +2,14 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leafbus/leafbus/testenv"
 )
 
 // TestBinaryBadInputFailsFast runs the real binary with operator mistakes: each exits
@@ -22,7 +23,7 @@ func TestBinaryBadInputFailsFast(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	const password = "hunter2secret"
-	silent := silentTCP(t)
+	silent := testenv.SilentTCP(t)
 	file := filepath.Join(t.TempDir(), "some.pem")
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
@@ -87,33 +88,4 @@ func TestBinaryBadInputFailsFast(t *testing.T) {
 			t.Logf("exit %d after %v", code, took.Round(time.Millisecond))
 		})
 	}
-}
-
-// silentTCP accepts TCP connections and never answers, as a hung server does.
-func silentTCP(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	tb.Cleanup(func() {
-		l.Close()
-		<-done
-	})
-	return l.Addr().String()
 }
