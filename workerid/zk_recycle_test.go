@@ -40,10 +40,7 @@ func TestZKRecycleRace(t *testing.T) {
 // holder starts past the old one's last report and the old holder's Renew says lost.
 func TestZKRecycleExpiry(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	srv, conn, name, proxy := zkBehindProxy(t)
 	const ttl = 2 * time.Second
 
 	a := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(ttl)))
@@ -84,10 +81,7 @@ func TestZKRecycleExpiry(t *testing.T) {
 // lease node still exists, i.e. before anyone else could be given the ID.
 func TestZKRecycleHeartbeatSuspendsBeforeExpiry(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	_, conn, name, proxy := zkBehindProxy(t)
 	const ttl = 2 * time.Second
 
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(ttl)))

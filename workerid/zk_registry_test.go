@@ -170,6 +170,15 @@ type zkProxy struct {
 	wg     sync.WaitGroup
 }
 
+// zkBehindProxy is the shared ZooKeeper server, a connection to it, a fresh node name
+// for the test, and a proxy in front of the server that the test can freeze or cut.
+func zkBehindProxy(t *testing.T) (*testenv.ZooKeeperServer, *zk.Conn, string, *zkProxy) {
+	t.Helper()
+	srv := testenv.ZooKeeper(t)
+	conn := srv.Connect(t)
+	return srv, conn, zkTestName(t, srv, conn), startZKProxy(t, srv.Addr())
+}
+
 func startZKProxy(tb testing.TB, target string) *zkProxy {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -164,10 +164,7 @@ func TestZKLeafLeaseSurvivesClientReplacement(t *testing.T) {
 // in one multi-op; the watch sees it there again and the holder issues on, the ID kept.
 func TestZKRecycleLeaseSurvivesClientReplacement(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	srv, conn, name, proxy := zkBehindProxy(t)
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(zkWatchTTL)))
 	lease := zkAcquire(t, r)
 	h := startWatchedHolder(t, lease, zkWatchBeat)
@@ -209,10 +206,7 @@ func direct(r *ZKRegistry, servers []string) {
 // still made to wait and refused.
 func TestZKLeafRestartTakesOverOwnSession(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	srv, conn, name, proxy := zkBehindProxy(t)
 	dir := t.TempDir()
 	cache := &CacheFile{Path: filepath.Join(dir, "n1.json")}
 	withCache := func(c *ZKRegistryConfig) { c.Cache = cache }

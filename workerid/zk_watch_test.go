@@ -56,10 +56,7 @@ func TestZKRecycleLeaseWatchStopsHolder(t *testing.T) {
 // again once its session is back.
 func TestZKRecycleLeaseWatchDisconnected(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	_, _, name, proxy := zkBehindProxy(t)
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(zkWatchTTL)))
 	h := startWatchedHolder(t, zkAcquire(t, r), zkWatchBeat)
 	h.waitWatched(t)
@@ -83,10 +80,7 @@ func TestZKRecycleLeaseWatchDisconnected(t *testing.T) {
 // the watch saw it there; the expiry is not a loss.
 func TestZKRecycleLeaseWatchSessionExpired(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	_, conn, name, proxy := zkBehindProxy(t)
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(zkWatchTTL)))
 	lease := zkAcquire(t, r)
 	h := startWatchedHolder(t, lease, zkWatchBeat)
@@ -132,10 +126,7 @@ func TestZKForeverLeaseWatchStopsHolder(t *testing.T) {
 // node's for good, so the watch being cut off is no reason to stop.
 func TestZKForeverLeaseWatchZooKeeperUnreachable(t *testing.T) {
 	t.Parallel()
-	srv := testenv.ZooKeeper(t)
-	conn := srv.Connect(t)
-	name := zkTestName(t, srv, conn)
-	proxy := startZKProxy(t, srv.Addr())
+	_, _, name, proxy := zkBehindProxy(t)
 	lease := zkAcquire(t, openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.5:8080")))
 	h := startWatchedHolder(t, lease)
 	h.waitWatched(t)
