@@ -361,21 +361,35 @@ func BenchmarkBufferNextMemory(b *testing.B) {
 	}
 }
 
-// BenchmarkBufferCursorMemory is BenchmarkBufferNextMemory (same buffer, same instant
-// source) with each goroutine taking IDs through its own Cursor, which claims runs of
-// 100 or 1000 IDs with one shared add each: with -cpu 2, two goroutines that share one
-// add per run instead of one per ID. Each runs under b.RunParallel ("parallel") and
-// under runSpread ("spread"), which is the same loop without testing.PB's own false
-// sharing; "next" is Buffer.Next under both, to compare in the same run.
+// BenchmarkBufferCursorMemory is BenchmarkBufferNextMemory (same instant source) with
+// each goroutine taking IDs through its own Cursor, which claims runs of 100 or 1000
+// IDs with one shared add each: with -cpu 2, two goroutines that share one add per run
+// instead of one per ID. Each runs under b.RunParallel ("parallel") and under runSpread
+// ("spread"), which is the same loop without testing.PB's own false sharing; "next" is
+// Buffer.Next under both, to compare in the same run. The stock is
+// BenchmarkBufferNextMemory's (batches of 1000, at most 4 held, a fetch below 2000) and,
+// as "stock-80k", one sized for 300M IDs/s (batches of 10,000, at most 8, a fetch below
+// 40,000: the fetcher has about 130 µs to get its turn on a core).
 func BenchmarkBufferCursorMemory(b *testing.B) {
-	opts := testOptions(1000, 4, 2000)
+	for _, stock := range []struct {
+		name string
+		opts BufferOptions
+	}{
+		{"", testOptions(1000, 4, 2000)},
+		{"/stock-80k", testOptions(10000, 8, 40000)},
+	} {
+		benchmarkCursorMemory(b, stock.name, stock.opts)
+	}
+}
+
+func benchmarkCursorMemory(b *testing.B, suffix string, opts BufferOptions) {
 	for _, run := range []int{0, 100, 1000} {
 		name := fmt.Sprintf("run-%d", run)
 		if run == 0 {
 			name = "next"
 		}
 		for _, harness := range []string{"parallel", "spread"} {
-			b.Run(name+"/"+harness, func(b *testing.B) {
+			b.Run(name+"/"+harness+suffix, func(b *testing.B) {
 				buf := mustNewBuffer(b, opts, countingFetch())
 				ctx := context.Background()
 				if _, err := buf.Next(ctx); err != nil { // the first batch is in
