@@ -95,6 +95,77 @@ func wakesAtLowWater(t *testing.T, batch, batches, low, settle, n int, takerOf f
 	}
 }
 
+// TestBusyTakerLeavesFetcherRoom: a goroutine that takes IDs in a loop that never
+// blocks, alone on the only P, still gets its refills while the stock lasts, through Next
+// and through cursors: the fetch a take under LowWater asks for runs before the buffer is
+// empty, not once the taker has drained it and waits. Without the yield in wake, the
+// fetcher is queued behind the taker and nearly every fetch finds the buffer empty.
+// The scheduler checks its global queue first on one pick in 61, so a yield now and then
+// hands the P straight back to the taker; the bound allows for that many times over.
+func TestBusyTakerLeavesFetcherRoom(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, tt := range []struct {
+		name string
+		run  int // 0: Buffer.Next
+	}{
+		{"OK/Next", 0},
+		{"OK/CursorRunsOf100", 100},
+		{"OK/CursorRunsOfBatch", 1000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const batch, batches, low, crossings = 1000, 4, 2000, 200
+			var w fetchWatch
+			b := mustNewBuffer(t, testOptions(batch, batches, low), w.fetch())
+			waitFor(t, func() bool { return b.Len() >= low }, "the first batches")
+			w.watch(b)
+			next := b.Next
+			if tt.run > 0 {
+				next = b.Cursor(tt.run).Next
+			}
+			ctx := context.Background()
+			for i := range crossings * batch {
+				if _, err := next(ctx); err != nil {
+					t.Fatalf("Next %d: %v", i, err)
+				}
+			}
+			if got := w.empty.Load(); got > crossings/4 {
+				t.Errorf("%d of %d fetches found the buffer empty: the taker starves the fetcher", got, w.fetches.Load())
+			}
+			t.Logf("%d of %d fetches found the buffer empty", w.empty.Load(), w.fetches.Load())
+		})
+	}
+}
+
+// fetchWatch is countingFetch that also counts, once watch has named the buffer, the
+// fetches that start with it empty: takers drained it and wait for this fetch, so the
+// refill was not in the background.
+type fetchWatch struct {
+	buf            atomic.Pointer[Buffer]
+	fetches, empty atomic.Int64
+}
+
+func (w *fetchWatch) watch(b *Buffer) { w.buf.Store(b) }
+
+func (w *fetchWatch) fetch() func(context.Context, []int64) error {
+	count := countingFetch()
+	return func(ctx context.Context, dst []int64) error {
+		if b := w.buf.Load(); b != nil {
+			w.fetches.Add(1)
+			if b.Len() == 0 {
+				w.empty.Add(1)
+			}
+		}
+		return count(ctx, dst)
+	}
+}
+
+// reportEmptyFetches adds the share of w's fetches that found the buffer empty.
+func reportEmptyFetches(b *testing.B, w *fetchWatch) {
+	if n := w.fetches.Load(); n > 0 {
+		b.ReportMetric(100*float64(w.empty.Load())/float64(n), "empty-fetch-%")
+	}
+}
+
 // TestBufferConcurrentRefills: many goroutines drain a small buffer far faster than a
 // batch lasts, through every batch change, from sources of consecutive IDs and of IDs
 // with gaps (batches of many runs, runs of one). No ID is handed out twice and none is
@@ -330,17 +401,22 @@ func BenchmarkBufferNextMemory(b *testing.B) {
 	for _, impl := range []string{"locked", "lock-free"} {
 		b.Run(impl, func(b *testing.B) {
 			var next func(context.Context) (int64, error)
+			var w fetchWatch
+			var watched *Buffer
 			if impl == "locked" {
 				buf := newLockedBuffer(opts, countingFetch())
 				defer buf.Close()
 				next = buf.Next
 			} else {
-				buf := mustNewBuffer(b, opts, countingFetch())
-				next = buf.Next
+				watched = mustNewBuffer(b, opts, w.fetch())
+				next = watched.Next
 			}
 			ctx := context.Background()
 			if _, err := next(ctx); err != nil { // the first batch is in
 				b.Fatal(err)
+			}
+			if watched != nil {
+				w.watch(watched)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -357,6 +433,7 @@ func BenchmarkBufferNextMemory(b *testing.B) {
 				}
 			})
 			reportRates(b, testutil.ProcessCPU()-cpu)
+			reportEmptyFetches(b, &w)
 		})
 	}
 }
@@ -390,11 +467,13 @@ func benchmarkCursorMemory(b *testing.B, suffix string, opts BufferOptions) {
 		}
 		for _, harness := range []string{"parallel", "spread"} {
 			b.Run(name+"/"+harness+suffix, func(b *testing.B) {
-				buf := mustNewBuffer(b, opts, countingFetch())
+				var w fetchWatch
+				buf := mustNewBuffer(b, opts, w.fetch())
 				ctx := context.Background()
 				if _, err := buf.Next(ctx); err != nil { // the first batch is in
 					b.Fatal(err)
 				}
+				w.watch(buf)
 				next := func() func(context.Context) (int64, error) { // one per goroutine
 					if run == 0 {
 						return buf.Next
@@ -410,6 +489,7 @@ func benchmarkCursorMemory(b *testing.B, suffix string, opts BufferOptions) {
 					runSpread(b, func(pb *spreadPB) { takeIncreasing(b, ctx, pb.Next, next()) })
 				}
 				reportRates(b, testutil.ProcessCPU()-cpu)
+				reportEmptyFetches(b, &w)
 			})
 		}
 	}
