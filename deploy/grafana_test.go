@@ -179,6 +179,9 @@ func exportedNames(t *testing.T) map[string]bool {
 		Snowflake: func() (metrics.Snowflake, bool) { return metrics.Snowflake{Lease: metrics.LeaseHeld}, true },
 		Pools:     func() []metrics.Pool { return []metrics.Pool{{Kind: "segment", Tag: "a", Where: "replies"}} },
 		NATS:      func() metrics.NATSServer { return metrics.NATSServer{} },
+		Monotonic: func() metrics.Monotonic {
+			return metrics.Monotonic{Tags: []metrics.MonotonicTag{{Tag: "m", Role: metrics.RoleLeader}}}
+		},
 	}})
 	if err != nil {
 		t.Fatal(err)

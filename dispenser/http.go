@@ -41,6 +41,9 @@ func (d *Dispenser) sources() metrics.Sources {
 	if d.recovery != nil {
 		src.Recovery = d.recovery.Metrics
 	}
+	if d.mono != nil {
+		src.Monotonic = monotonicState(d.mono)
+	}
 	return src
 }
 

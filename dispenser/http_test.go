@@ -142,20 +142,27 @@ func TestHTTPServesBesideNATS(t *testing.T) {
 	}
 }
 
-// checkScrape parses /metrics and checks what the requests of TestHTTPServesBesideNATS
-// moved, per transport, and the state of the parts.
-func checkScrape(t *testing.T, url, workerID string) {
-	t.Helper()
+// scrape GETs url (a /metrics) and parses it.
+func scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
+	tb.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
+		tb.Fatalf("parse %s: %v", url, err)
 	}
+	return fams
+}
+
+// checkScrape parses /metrics and checks what the requests of TestHTTPServesBesideNATS
+// moved, per transport, and the state of the parts.
+func checkScrape(t *testing.T, url, workerID string) {
+	t.Helper()
+	fams := scrape(t, url)
 	for _, c := range []struct {
 		name   string
 		labels map[string]string

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -51,6 +52,22 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	}
 	d.mono = mono
 	return nil
+}
+
+// monotonicState is the monotonic tags' snapshot for /metrics: the figures $SRV.STATS
+// shows, so that an operator can alert on a tag no dispenser leads.
+func monotonicState(m *monotonic.Manager) func() metrics.Monotonic {
+	return func() metrics.Monotonic {
+		s := m.Stats()
+		out := metrics.Monotonic{RefusedReplies: s.RefusedReplies, Tags: make([]metrics.MonotonicTag, 0, len(s.Tags))}
+		for _, t := range s.Tags {
+			out.Tags = append(out.Tags, metrics.MonotonicTag{
+				Tag: t.Tag, Role: t.Role, Terms: t.Terms,
+				Forwarded: t.Forwarded, ForwardErrors: t.ForwardErrors, ForwardMessages: t.ForwardMessages,
+			})
+		}
+		return out
+	}
 }
 
 // httpSegments routes HTTP's segment requests as the service routes NATS ones: a

@@ -15,6 +15,8 @@ import (
 
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/metrics"
+	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -131,6 +133,44 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 	}
 	if forwarded == 0 {
 		t.Fatalf("no request forwarded (leases taken: %d): want the follower's requests forwarded to the leader", terms)
+	}
+	for i, d := range []*Dispenser{d1, d2} {
+		checkMonotonicMetrics(t, urls[i]+"/metrics", d, "ordered")
+	}
+}
+
+// checkMonotonicMetrics checks that d's /metrics at url shows tag with one role at 1
+// and the counts its $SRV.STATS shows (no request is in flight, so they stand still).
+func checkMonotonicMetrics(t *testing.T, url string, d *Dispenser, tag string) {
+	t.Helper()
+	var stats monotonic.TagStats
+	for _, ts := range d.mono.Stats().Tags {
+		if ts.Tag == tag {
+			stats = ts
+		}
+	}
+	fams := scrape(t, url)
+	var roles []string
+	for _, role := range metrics.MonotonicRoles {
+		if v, _ := metricValue(fams, "leafbus_monotonic_role", map[string]string{"tag": tag, "role": role}); v == 1 {
+			roles = append(roles, role)
+		}
+	}
+	if len(roles) != 1 {
+		t.Errorf("%s: roles at 1 for %q: %v, want exactly one (stats say %q)", url, tag, roles, stats.Role)
+	}
+	for name, want := range map[string]uint64{
+		"leafbus_monotonic_leases_total":             stats.Terms,
+		"leafbus_monotonic_forwarded_requests_total": stats.Forwarded,
+		"leafbus_monotonic_forward_errors_total":     stats.ForwardErrors,
+		"leafbus_monotonic_forward_messages_total":   stats.ForwardMessages,
+	} {
+		if v, ok := metricValue(fams, name, map[string]string{"tag": tag}); !ok || v != float64(want) {
+			t.Errorf("%s: %s{tag=%q} = %v (present %v), want %d as in $SRV.STATS", url, name, tag, v, ok, want)
+		}
+	}
+	if v, ok := metricValue(fams, "leafbus_monotonic_tags", nil); !ok || v != 1 {
+		t.Errorf("%s: leafbus_monotonic_tags = %v (present %v), want 1", url, v, ok)
 	}
 }
 

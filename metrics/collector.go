@@ -23,6 +23,8 @@ type stateCollector struct {
 	natsConns, natsJSUsed, natsJSLimit *prometheus.Desc
 
 	faults, inFault, recoveryLast, recoveryMax *prometheus.Desc
+
+	monoTags, monoRole, monoLeases, monoForwarded, monoForwardErrs, monoForwardMsgs, monoRefused *prometheus.Desc
 }
 
 func newStateCollector(src Sources, maxTags int) *stateCollector {
@@ -62,6 +64,14 @@ func newStateCollector(src Sources, maxTags int) *stateCollector {
 		inFault:      d("leafbus_fault_active", "1 while a fault lasts: not serving fully.", nil, nil),
 		recoveryLast: d("leafbus_recovery_last_seconds", "The last fault's time from its end (the dependency back) to full service.", nil, nil),
 		recoveryMax:  d("leafbus_recovery_max_seconds", "The longest time from a fault's end to full service since start.", nil, nil),
+
+		monoTags:        d("leafbus_monotonic_tags", "Monotonic tags this dispenser knows of.", nil, nil),
+		monoRole:        d("leafbus_monotonic_role", "1 for this dispenser's role for the monotonic tag (leader, starting, follower, none: no leader known, requests get 503), 0 for the others; for tag=\"_other\", how many of the tags beyond --metrics-max-tags have that role.", []string{"tag", "role"}, nil),
+		monoLeases:      d("leafbus_monotonic_leases_total", "Leases this dispenser took for the monotonic tag (its terms as leader).", tag, nil),
+		monoForwarded:   d("leafbus_monotonic_forwarded_requests_total", "Requests for the monotonic tag forwarded to its leader and answered.", tag, nil),
+		monoForwardErrs: d("leafbus_monotonic_forward_errors_total", "Requests for the monotonic tag forwarded to its leader and refused or unanswered.", tag, nil),
+		monoForwardMsgs: d("leafbus_monotonic_forward_messages_total", "Messages to the monotonic tag's leader that carried the forwarded requests.", tag, nil),
+		monoRefused:     d("leafbus_monotonic_refused_replies_total", "Forwarded requests a leader refused because their reply subject was not an inbox.", nil, nil),
 	}
 }
 
@@ -74,6 +84,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.poolReady, c.poolDepth, c.poolIDs,
 		c.natsConns, c.natsJSUsed, c.natsJSLimit,
 		c.faults, c.inFault, c.recoveryLast, c.recoveryMax,
+		c.monoTags, c.monoRole, c.monoLeases, c.monoForwarded, c.monoForwardErrs, c.monoForwardMsgs, c.monoRefused,
 	} {
 		ch <- d
 	}
@@ -101,6 +112,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- gauge(c.inFault, boolFloat(r.InFault))
 		ch <- gauge(c.recoveryLast, r.Last.Seconds())
 		ch <- gauge(c.recoveryMax, r.Max.Seconds())
+	}
+	if c.src.Monotonic != nil {
+		c.collectMonotonic(ch, c.src.Monotonic())
 	}
 }
 
@@ -191,6 +205,46 @@ func (c *stateCollector) collectPools(ch chan<- prometheus.Metric, pools []Pool)
 		ch <- gauge(c.poolDepth, float64(p.Depth), p.Kind, p.Tag, p.Where)
 		ch <- gauge(c.poolIDs, float64(p.Ready)*float64(p.Size), p.Kind, p.Tag, p.Where)
 	}
+}
+
+// collectMonotonic shows the first maxTags monotonic tags by name (an operator marks
+// them, so they are few and the set is stable) and sums the rest under OtherTag, whose
+// role series count the tags in each role.
+func (c *stateCollector) collectMonotonic(ch chan<- prometheus.Metric, m Monotonic) {
+	ch <- gauge(c.monoTags, float64(len(m.Tags)))
+	ch <- counter(c.monoRefused, float64(m.RefusedReplies))
+	tags := slices.SortedFunc(slices.Values(m.Tags), func(a, b MonotonicTag) int { return cmp.Compare(a.Tag, b.Tag) })
+	other := MonotonicTag{Tag: OtherTag}
+	roles := map[string]int{}
+	shown := 0
+	for _, t := range tags {
+		if t.Tag != OtherTag && shown < c.maxTags {
+			shown++
+			for _, role := range MonotonicRoles {
+				ch <- gauge(c.monoRole, boolFloat(t.Role == role), t.Tag, role)
+			}
+			c.collectMonotonicCounts(ch, t)
+			continue
+		}
+		roles[t.Role]++
+		other.Terms += t.Terms
+		other.Forwarded += t.Forwarded
+		other.ForwardErrors += t.ForwardErrors
+		other.ForwardMessages += t.ForwardMessages
+	}
+	if shown < len(tags) {
+		for _, role := range MonotonicRoles {
+			ch <- gauge(c.monoRole, float64(roles[role]), OtherTag, role)
+		}
+		c.collectMonotonicCounts(ch, other)
+	}
+}
+
+func (c *stateCollector) collectMonotonicCounts(ch chan<- prometheus.Metric, t MonotonicTag) {
+	ch <- counter(c.monoLeases, float64(t.Terms), t.Tag)
+	ch <- counter(c.monoForwarded, float64(t.Forwarded), t.Tag)
+	ch <- counter(c.monoForwardErrs, float64(t.ForwardErrors), t.Tag)
+	ch <- counter(c.monoForwardMsgs, float64(t.ForwardMessages), t.Tag)
 }
 
 func (c *stateCollector) collectNATS(ch chan<- prometheus.Metric, n NATSServer) {

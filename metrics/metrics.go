@@ -51,7 +51,8 @@ type Config struct {
 	Version string
 	// MaxTags bounds the tag label of the per-tag segment metrics (--metrics-max-tags):
 	// the MaxTags busiest tags (by IDs issued) are shown by name and every other tag is
-	// summed under tag="_other", so a scrape holds at most MaxTags+1 tag values.
+	// summed under tag="_other", so a scrape holds at most MaxTags+1 tag values. The
+	// monotonic tags' metrics are bounded the same way, showing the first MaxTags by name.
 	MaxTags int
 	// Sources are read at each scrape; nil funcs are left out.
 	Sources Sources

@@ -308,6 +308,66 @@ func TestStateMetrics(t *testing.T) {
 	}
 }
 
+// TestMonotonicMetrics: each monotonic tag shows its role (one of the four at 1) and its
+// counts, the first MaxTags by name; the rest, a real tag named "_other" among them, are
+// summed under tag="_other", whose role series count the tags in each role.
+func TestMonotonicMetrics(t *testing.T) {
+	mono := metrics.Monotonic{RefusedReplies: 2, Tags: []metrics.MonotonicTag{
+		{Tag: "orders", Role: metrics.RoleLeader, Terms: 3, Forwarded: 0},
+		{Tag: "bills", Role: metrics.RoleFollower, Terms: 1, Forwarded: 40, ForwardErrors: 2, ForwardMessages: 10},
+		{Tag: "zeta", Role: metrics.RoleNone, Terms: 1, Forwarded: 5, ForwardErrors: 1, ForwardMessages: 5},
+		{Tag: metrics.OtherTag, Role: metrics.RoleNone, Terms: 2, Forwarded: 7, ForwardErrors: 3, ForwardMessages: 7},
+	}}
+	_, url := newServer(t, metrics.Config{MaxTags: 2, Sources: metrics.Sources{
+		Monotonic: func() metrics.Monotonic { return mono },
+	}})
+	fams := scrape(t, url)
+	role := func(tag, role string) map[string]string { return map[string]string{"tag": tag, "role": role} }
+	tag := func(tag string) map[string]string { return map[string]string{"tag": tag} }
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"leafbus_monotonic_tags", nil, 4},
+		{"leafbus_monotonic_refused_replies_total", nil, 2},
+		{"leafbus_monotonic_role", role("bills", "follower"), 1},
+		{"leafbus_monotonic_role", role("bills", "leader"), 0},
+		{"leafbus_monotonic_role", role("orders", "leader"), 1},
+		{"leafbus_monotonic_role", role("orders", "none"), 0},
+		{"leafbus_monotonic_leases_total", tag("orders"), 3},
+		{"leafbus_monotonic_forwarded_requests_total", tag("bills"), 40},
+		{"leafbus_monotonic_forward_errors_total", tag("bills"), 2},
+		{"leafbus_monotonic_forward_messages_total", tag("bills"), 10},
+		// zeta and the real "_other" tag: both without a leader.
+		{"leafbus_monotonic_role", role(metrics.OtherTag, "none"), 2},
+		{"leafbus_monotonic_role", role(metrics.OtherTag, "leader"), 0},
+		{"leafbus_monotonic_leases_total", tag(metrics.OtherTag), 3},
+		{"leafbus_monotonic_forwarded_requests_total", tag(metrics.OtherTag), 12},
+		{"leafbus_monotonic_forward_errors_total", tag(metrics.OtherTag), 4},
+		{"leafbus_monotonic_forward_messages_total", tag(metrics.OtherTag), 12},
+	} {
+		if got := value(t, fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if got := labelValues(fams["leafbus_monotonic_role"], "tag"); len(got) != 3 || got["zeta"] {
+		t.Errorf("leafbus_monotonic_role tags = %v, want bills, orders and %s", got, metrics.OtherTag)
+	}
+	if got := len(fams["leafbus_monotonic_role"].GetMetric()); got != 3*len(metrics.MonotonicRoles) {
+		t.Errorf("leafbus_monotonic_role has %d series, want one per role for each of 3 tag values", got)
+	}
+
+	mono = metrics.Monotonic{Tags: []metrics.MonotonicTag{{Tag: "orders", Role: metrics.RoleStarting}}}
+	fams = scrape(t, url)
+	if got := labelValues(fams["leafbus_monotonic_role"], "tag"); got[metrics.OtherTag] {
+		t.Errorf("one tag under MaxTags: %s shown (%v)", metrics.OtherTag, got)
+	}
+	if got := value(t, fams, "leafbus_monotonic_role", role("orders", "starting")); got != 1 {
+		t.Errorf("orders starting = %v, want 1", got)
+	}
+}
+
 // TestNamingConventions runs Prometheus' own linter over every leafbus_ metric.
 func TestNamingConventions(t *testing.T) {
 	m, err := metrics.New(metrics.Config{MaxTags: 3, Sources: metrics.Sources{
@@ -316,6 +376,9 @@ func TestNamingConventions(t *testing.T) {
 		Pools:       func() []metrics.Pool { return []metrics.Pool{{Kind: "snowflake", Tag: "a", Where: "stream"}} },
 		NATS:        func() metrics.NATSServer { return metrics.NATSServer{} },
 		Recovery:    func() metrics.Recovery { return metrics.Recovery{} },
+		Monotonic: func() metrics.Monotonic {
+			return metrics.Monotonic{Tags: []metrics.MonotonicTag{{Tag: "a", Role: metrics.RoleLeader}, {Tag: "b"}, {Tag: "c"}, {Tag: "d"}}}
+		},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,38 @@ type Sources struct {
 	NATS func() NATSServer
 	// Recovery returns how the dispenser came back from faults.
 	Recovery func() Recovery
+	// Monotonic returns every monotonic tag as this dispenser sees it.
+	Monotonic func() Monotonic
+}
+
+// Monotonic is the dispenser's view of its monotonic tags (monotonic.Stats).
+type Monotonic struct {
+	Tags []MonotonicTag
+	// RefusedReplies counts forwarded requests refused because their reply subject was
+	// not an inbox.
+	RefusedReplies uint64
+}
+
+// Monotonic tag roles, as MonotonicTag.Role.
+const (
+	RoleLeader   = "leader"   // this dispenser holds the tag's lease and serves it
+	RoleStarting = "starting" // took the lease, waiting out the previous leader's
+	RoleFollower = "follower" // another dispenser leads; requests are forwarded to it
+	RoleNone     = "none"     // no leader known: requests for the tag get 503
+)
+
+// MonotonicRoles lists every role, in the order the metrics show them.
+var MonotonicRoles = []string{RoleLeader, RoleStarting, RoleFollower, RoleNone}
+
+// MonotonicTag is one monotonic tag as this dispenser sees it.
+type MonotonicTag struct {
+	Tag  string
+	Role string // one of MonotonicRoles
+	// Terms counts the leases this dispenser took for the tag.
+	Terms uint64
+	// Forwarded counts requests forwarded to the leader and answered, ForwardErrors
+	// those refused or unanswered, ForwardMessages the messages that carried them.
+	Forwarded, ForwardErrors, ForwardMessages uint64
 }
 
 // Recovery is how a dispenser recovers from faults (a dependency down, its worker ID
