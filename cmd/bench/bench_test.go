@@ -14,6 +14,7 @@ import (
 
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -43,8 +44,13 @@ type faults struct {
 // a dispenser uses. A subscription's callback runs serially, so replies leave in order.
 func startFake(tb testing.TB, n *testenv.NATS, fl faults) *fakeDispenser {
 	tb.Helper()
+	return serveFake(tb, n.Connect(tb), fl)
+}
+
+// serveFake is startFake on a connection of the caller's.
+func serveFake(tb testing.TB, nc *nats.Conn, fl faults) *fakeDispenser {
+	tb.Helper()
 	f := &fakeDispenser{faults: fl, next: 1000, perTag: map[string]int{}, lastID: map[string]uint64{}}
-	nc := n.Connect(tb)
 	if _, err := nc.QueueSubscribe("leaf.*.*", "leaf", f.serve); err != nil {
 		tb.Fatalf("fake dispenser: subscribe: %v", err)
 	}
@@ -272,6 +278,60 @@ func TestRunNoResponders(t *testing.T) {
 	}
 }
 
+// TestInboxPrefix: against a server whose application user may subscribe to inboxes of
+// its own prefix only (as deploy/nats-roles.conf's client-a), bench gets its replies with
+// --inbox-prefix, and without it stops at once with an error that names the flag instead
+// of timing every request out.
+func TestInboxPrefix(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "fake", Password: "fake-pw"},
+			{Username: "app", Password: "app-pw", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"leaf.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_app.>"}},
+			}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready within 10s")
+	}
+	fakeNC, err := nats.Connect(srv.ClientURL(), nats.UserInfo("fake", "fake-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fakeNC.Close)
+	fake := serveFake(t, fakeNC, faults{})
+
+	cfg := defaultConfig()
+	cfg.Conn.URLs, cfg.Conn.User, cfg.Conn.Password = srv.ClientURL(), "app", "app-pw"
+	cfg.Warmup, cfg.Duration, cfg.Requests = 0, 0, 50
+	cfg.InboxPrefix = "_INBOX_app"
+	if rep := runBounded(t, cfg); rep.Dispenser.OK != 50 || fake.tagCounts()["leaf-segment-test"] != 50 {
+		t.Fatalf("with --inbox-prefix: %d OK (errors %v), the fake answered %v; want 50", rep.Dispenser.OK, rep.Dispenser.Errors, fake.tagCounts())
+	}
+
+	cfg.InboxPrefix = ""
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = run(ctx, cfg, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "--inbox-prefix") || !strings.Contains(err.Error(), "_INBOX.") {
+		t.Fatalf("without --inbox-prefix: run = %v, want an error naming the refused inbox and --inbox-prefix", err)
+	}
+	if took := time.Since(start); took >= cfg.Timeout {
+		t.Errorf("without --inbox-prefix: the error took %v, at least a request's --timeout %v", took, cfg.Timeout)
+	}
+	if got := fake.tagCounts()["leaf-segment-test"]; got != 50 {
+		t.Errorf("without --inbox-prefix: %d requests reached the fake, want none after the first run's 50", got-50)
+	}
+}
+
 func TestRunEchoBaseline(t *testing.T) {
 	tests := []struct {
 		name           string
@@ -471,6 +531,12 @@ func TestParseFlags(t *testing.T) {
 		{"ErrHTTPBinary", []string{"--http", "http://127.0.0.1:8080", "--encoding", "binary"}, nil, true},
 		{"ErrHTTPBaseline", []string{"--http", "http://127.0.0.1:8080", "--baseline", "echo"}, nil, true},
 		{"ErrHTTPNotAURL", []string{"--http", "127.0.0.1:8080"}, nil, true},
+		{"InboxPrefix", []string{"--inbox-prefix", "_INBOX_client-a"}, func(c Config) bool { return c.InboxPrefix == "_INBOX_client-a" }, false},
+		{"InboxPrefixTokens", []string{"--inbox-prefix", "apps.billing"}, func(c Config) bool { return c.InboxPrefix == "apps.billing" }, false},
+		{"ErrInboxPrefixWildcard", []string{"--inbox-prefix", "_INBOX.*"}, nil, true},
+		{"ErrInboxPrefixTrailingDot", []string{"--inbox-prefix", "_INBOX_a."}, nil, true},
+		{"ErrInboxPrefixSpace", []string{"--inbox-prefix", "_INBOX a"}, nil, true},
+		{"ErrInboxPrefixWithHTTP", []string{"--http", "http://127.0.0.1:8080", "--inbox-prefix", "_INBOX_a"}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,8 +24,9 @@ type benchConn struct {
 }
 
 // connect opens a connection with the deployment's credentials and TLS settings
-// (client.ConnConfig, as the dispenser uses them) under the given connection name.
-func connect(cfg client.ConnConfig, name string, logger *slog.Logger) (*benchConn, error) {
+// (client.ConnConfig, as the dispenser uses them) under the given connection name, its
+// reply inboxes under inboxPrefix ("" for nats.go's _INBOX).
+func connect(cfg client.ConnConfig, inboxPrefix, name string, logger *slog.Logger) (*benchConn, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -33,6 +34,9 @@ func connect(cfg client.ConnConfig, name string, logger *slog.Logger) (*benchCon
 	opts, err := cfg.Options(logger)
 	if err != nil {
 		return nil, err
+	}
+	if inboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inboxPrefix))
 	}
 	cl := &benchConn{closed: make(chan struct{})}
 	opts = append(opts,
@@ -67,7 +71,7 @@ func connectClients(cfg Config, logger *slog.Logger) ([]*benchConn, error) {
 	}
 	var clients []*benchConn
 	for i := range cfg.Clients {
-		cl, err := connect(cfg.Conn, fmt.Sprintf("leafbus-bench-%d", i), logger)
+		cl, err := connect(cfg.Conn, cfg.InboxPrefix, fmt.Sprintf("leafbus-bench-%d", i), logger)
 		if err != nil {
 			return clients, fmt.Errorf("client %d: %w", i, err)
 		}

@@ -21,8 +21,12 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 
 // Config is one bench run, as the flags describe it.
 type Config struct {
-	Conn     client.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
-	Embedded bool              // start a dispenser in this process instead of using --nats
+	Conn client.ConnConfig // --nats and the credential and TLS flags, as the dispenser takes them
+	// InboxPrefix is the subject prefix of the load clients' reply inboxes; "" is
+	// nats.go's _INBOX. A user that may subscribe to its own inboxes only (in
+	// deploy/nats-roles.conf, client-a to _INBOX_client-a.>) needs it.
+	InboxPrefix string
+	Embedded    bool // start a dispenser in this process instead of using --nats
 	// HTTP is the base URL of a server with Leaf's HTTP API to load instead of NATS
 	// (leafbus's gateway, Leaf itself); "" loads NATS.
 	HTTP string
@@ -144,6 +148,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	})
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "IDs per request; 1 sends an empty body as a plain client does")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix of the deployment (the dispenser's --prefix)")
+	fs.StringVar(&cfg.InboxPrefix, "inbox-prefix", "", "subject `prefix` of the clients' reply inboxes instead of _INBOX, for a NATS user that may only subscribe to its own (deploy/nats-roles.conf: _INBOX_<user>)")
 
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "client connections; each is its own NATS connection with its own reply inbox")
 	fs.IntVar(&cfg.Inflight, "inflight", cfg.Inflight, "closed loop: requests each client keeps outstanding (pipelined)")
@@ -230,6 +235,9 @@ func checkFlagsTogether(cfg Config, set map[string]bool) error {
 	}
 	if cfg.Rate > 0 && set["inflight"] {
 		return fmt.Errorf("%w: --inflight %d applies to the closed loop only, not with --rate %v", ErrInvalidConfig, cfg.Inflight, cfg.Rate)
+	}
+	if set["inbox-prefix"] && cfg.HTTP != "" {
+		return fmt.Errorf("%w: --inbox-prefix %q names NATS reply inboxes; --http has none", ErrInvalidConfig, cfg.InboxPrefix)
 	}
 	if set["check-mem"] && cfg.CheckSpill == "" {
 		return fmt.Errorf("%w: --check-mem %d needs --check-spill", ErrInvalidConfig, cfg.CheckMem)
@@ -344,8 +352,13 @@ func (c Config) Validate() error {
 		return bad("--echo-at %q needs --baseline echo-process", c.EchoAt)
 	}
 	if c.EchoAt != "" {
-		if err := checkEchoSubject(c.EchoAt); err != nil {
+		if err := checkPlainSubject(c.EchoAt); err != nil {
 			return bad("--echo-at: %v", err)
+		}
+	}
+	if c.InboxPrefix != "" {
+		if err := checkPlainSubject(c.InboxPrefix); err != nil {
+			return bad("--inbox-prefix: %v", err)
 		}
 	}
 	seen := map[string]bool{}

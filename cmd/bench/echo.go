@@ -40,7 +40,7 @@ func startEcho(cfg client.ConnConfig, prefix string, tags []string, payloads [][
 		byTag[tag] = payloads[i]
 	}
 	for i := range responders {
-		cl, err := connect(cfg, fmt.Sprintf("leafbus-bench-echo-%d", i), logger)
+		cl, err := connect(cfg, "", fmt.Sprintf("leafbus-bench-echo-%d", i), logger)
 		if err != nil {
 			e.stop()
 			return nil, fmt.Errorf("echo responder %d: %w", i, err)

@@ -98,15 +98,15 @@ func parseEchoFlags(args []string, output io.Writer) (echoConfig, error) {
 	if ec.Responders < 1 {
 		return ec, fmt.Errorf("%w: --responders %d must be at least 1", ErrInvalidConfig, ec.Responders)
 	}
-	if err := checkEchoSubject(ec.Subject); err != nil {
+	if err := checkPlainSubject(ec.Subject); err != nil {
 		return ec, fmt.Errorf("%w: --subject: %v", ErrInvalidConfig, err)
 	}
 	return ec, ec.Validate()
 }
 
-// checkEchoSubject accepts a subject prefix of plain tokens: no wildcards, no white
+// checkPlainSubject accepts a subject prefix of plain tokens: no wildcards, no white
 // space, no empty token.
-func checkEchoSubject(s string) error {
+func checkPlainSubject(s string) error {
 	for tok := range strings.SplitSeq(s, ".") {
 		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
 			return fmt.Errorf("%q is not a subject of plain tokens", s)
@@ -150,7 +150,7 @@ func echoMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 // startSampledEcho asks the dispenser for one reply per tag and serves them.
 func startSampledEcho(ec echoConfig, logger *slog.Logger) (*echoServer, error) {
-	cl, err := connect(ec.Conn, "leafbus-bench-echo-sampler", logger)
+	cl, err := connect(ec.Conn, "", "leafbus-bench-echo-sampler", logger)
 	if err != nil {
 		return nil, err
 	}

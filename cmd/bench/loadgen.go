@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,9 @@ func runLoad(ctx context.Context, clients []*benchConn, spec *loadSpec, progress
 		if err := cl.nc.FlushTimeout(spec.timeout); err != nil {
 			return nil, fmt.Errorf("client %d: NATS server does not answer: %w", i, err)
 		}
+		if err := inboxRefused(cl.nc, workers[i].inbox); err != nil {
+			return nil, fmt.Errorf("client %d: %w", i, err)
+		}
 	}
 	cpu := drive(workers, spec, progressOut)
 
@@ -213,6 +217,18 @@ func (w *worker) subscribe() error {
 	}
 	w.sub = sub
 	return nil
+}
+
+// inboxRefused is the server's refusal of nc's subscription to its reply inbox, once a
+// flush has made sure the refusal, if any, arrived: without the subscription every
+// request would only time out. The advice covers the usual cause, a user confined to
+// inboxes of its own prefix.
+func inboxRefused(nc *nats.Conn, inbox string) error {
+	err := nc.LastError()
+	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), inbox) {
+		return nil
+	}
+	return fmt.Errorf("the NATS server refuses this user its reply inbox %s.* (%w): a user that may only subscribe to inboxes of its own prefix (deploy/nats-roles.conf: _INBOX_<user>) needs that prefix in --inbox-prefix", inbox, err)
 }
 
 // newReplyBuffer is inbox + "." with room for any sequence number (at most 20 digits).
