@@ -3,6 +3,7 @@ package segment
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -37,8 +38,14 @@ func (g *Generator) TakeSegment(ctx context.Context, tag string, step int64) (Ra
 // takeChecked takes one segment of name from the store (step 0: the stored step) and
 // passes it through the marks check, which records its end durably. It returns the
 // segment, the step used and the tag's stored step. A tag whose store was found behind
-// its mark is read again first, so that no segment is taken while it still is.
+// its mark is read again first, so that no segment is taken while it still is. Takes
+// of one row wait for each other, from the take to the recorded mark (rowLocks).
 func (g *Generator) takeChecked(ctx context.Context, name string, step int64) (*segment, int64, int64, error) {
+	unlock, err := g.rows.lock(ctx, strings.ToLower(name))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("segment: tag %q: wait for another take of its row: %w", name, err)
+	}
+	defer unlock()
 	if g.isBehind(name) {
 		if err := g.recheckStore(ctx, name); err != nil {
 			return nil, 0, 0, err

@@ -39,6 +39,10 @@ type Generator struct {
 	behindMu sync.Mutex
 	behind   map[string]struct{}
 
+	// rows serializes the takes of one store row, so that each is checked against the
+	// marks in the order the store granted them (rowlocks.go).
+	rows rowLocks
+
 	runMu    sync.Mutex // guards the fields below; never held while taking another lock
 	runCtx   context.Context
 	stopping bool

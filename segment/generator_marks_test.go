@@ -239,6 +239,94 @@ func TestStoreWentBack(t *testing.T) {
 	}
 }
 
+// TestTakesOfOneRowCheckedInOrder: two takes of one row, through two spellings of the
+// tag (one row on MySQL's case-insensitive biz_tag) and through TakeSegment beside a
+// buffer, are checked against the marks in the order the store granted them. The first
+// take is held, after the store granted its segment, until the second has raised the
+// mark past it, or 300 ms: checked out of order, the first segment would be refused as
+// a store gone backwards (a false alarm, and a repair advice for a store that is fine).
+// With the takes serialized, the second only starts once the first is checked.
+func TestTakesOfOneRowCheckedInOrder(t *testing.T) {
+	for _, second := range []string{"Orders", "TakeSegment"} {
+		t.Run("OK/"+second, func(t *testing.T) {
+			store := newHookStore()
+			mustAdd(t, store, Tag{Name: "orders", Step: 10})
+			marks := NewInmemMarks()
+			var held atomic.Bool
+			store.TakeFn = func(ctx context.Context, tag string, step int64) (Tag, error) {
+				got, err := store.inner.Take(ctx, strings.ToLower(tag), step) // one row, any spelling
+				if err != nil || !held.CompareAndSwap(false, true) {
+					return got, err
+				}
+				for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline) && marks.Mark("orders") <= got.MaxID; {
+					time.Sleep(time.Millisecond)
+				}
+				return got, nil
+			}
+			g, _ := startMarked(t, marksConfig(t, store, marks))
+			ctx := testCtx(t)
+			first := make(chan error, 1)
+			go func() { first <- g.Fill(ctx, "orders", make([]int64, 1)) }()
+			waitFor(t, "the first take", func() bool { return store.takes.Load() == 1 })
+			var err error
+			if second == "TakeSegment" {
+				_, err = g.TakeSegment(ctx, "orders", 0)
+			} else {
+				err = g.Fill(ctx, second, make([]int64, 1))
+			}
+			if err != nil {
+				t.Fatalf("second take (%s): %v", second, err)
+			}
+			if err := <-first; err != nil {
+				t.Fatalf("first take (orders), granted before the second: %v", err)
+			}
+			if st := g.Stats(); st.StoreWentBack != 0 || st.TagsBehind != 0 {
+				t.Fatalf("stats %+v: the store never went back", st)
+			}
+			waitFor(t, "the row locks released", func() bool { return g.rows.size() == 0 })
+		})
+	}
+}
+
+// TestRowLocks: one holder per key at a time, other keys free, a waiter gives up with
+// its context, and a lock is forgotten once nobody holds or waits for it.
+func TestRowLocks(t *testing.T) {
+	var r rowLocks
+	ctx := context.Background()
+	unlockA, err := r.lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB, err := r.lock(ctx, "b") // another row: not held up
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := r.lock(short, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lock(a) while held = %v, want the context's deadline", err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		unlock, err := r.lock(ctx, "a")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- unlock
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second holder of a while the first holds it")
+	case <-time.After(20 * time.Millisecond):
+	}
+	unlockA()
+	(<-got)()
+	if n := r.size(); n != 0 {
+		t.Fatalf("%d locks kept with nobody holding or waiting, want 0", n)
+	}
+}
+
 // TestStoreWentBackRestart: a generator restarted (new marks from the same file) over a
 // store rewound while it was down: CheckStoreAgainstMarks names the tag, and a
 // generator started anyway refuses it, also when the tag is looked up on request
