@@ -174,38 +174,48 @@ func reportEmptyFetches(b *testing.B, w *fetchWatch) {
 // sees its IDs increase, and the buffer never holds more than its bound. Run it with
 // -race.
 func TestBufferConcurrentRefills(t *testing.T) {
-	for _, tt := range []struct {
-		name                string
-		batch, batches, low int
-	}{
-		{"OK/LowWaterInsideBatch", 100, 3, 150},
-		{"OK/OneBatch", 7, 1, 1},
-		{"OK/ManySmallBatches", 3, 50, 120},
-	} {
+	for _, tt := range refillShapes {
 		for _, src := range sourceShapes {
 			t.Run(tt.name+"/"+src.name, func(t *testing.T) {
 				s := newSource(src.shape)
 				b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), s.fetch)
 				const goroutines, each = 16, 20000
 				got := drainConcurrently(t, b, goroutines, each, tt.batch*tt.batches)
-				b.stop() // stop the fetcher, but keep what the buffer holds to count it
-				<-b.done
-				var all []int64
-				for _, ids := range got {
-					all = append(all, ids...)
-				}
-				b.mu.Lock()
-				if cur := b.cur.Load(); cur.left() > 0 {
-					all = append(all, idsFrom(cur, cur.size-int64(cur.left()))...)
-				}
-				for _, q := range b.queue {
-					all = append(all, idsFrom(q, 0)...)
-				}
-				b.mu.Unlock()
-				checkExactlyFetched(t, all, s.fetched())
+				checkExactlyFetched(t, stopAndCollect(b, got), s.fetched())
 			})
 		}
 	}
+}
+
+// refillShapes are the buffers the concurrency tests drain through every batch change:
+// the low-water mark inside a batch, a buffer of one batch, many small batches.
+var refillShapes = []struct {
+	name                string
+	batch, batches, low int
+}{
+	{"OK/LowWaterInsideBatch", 100, 3, 150},
+	{"OK/OneBatch", 7, 1, 1},
+	{"OK/ManySmallBatches", 3, 50, 120},
+}
+
+// stopAndCollect stops b's fetcher, keeping what b holds, and returns the IDs taken
+// (every goroutine's) followed by those left in the buffer.
+func stopAndCollect(b *Buffer, taken [][]int64) []int64 {
+	b.stop()
+	<-b.done
+	var all []int64
+	for _, ids := range taken {
+		all = append(all, ids...)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.cur.Load(); cur.left() > 0 {
+		all = append(all, idsFrom(cur, cur.size-int64(cur.left()))...)
+	}
+	for _, q := range b.queue {
+		all = append(all, idsFrom(q, 0)...)
+	}
+	return all
 }
 
 // watchBound checks every 50µs, until stop is called, that b never holds more than

@@ -22,14 +22,7 @@ import (
 // the fetcher stopped, which is the last).
 // Run it with -race.
 func TestCursorConcurrentRefills(t *testing.T) {
-	for _, tt := range []struct {
-		name                string
-		batch, batches, low int
-	}{
-		{"OK/LowWaterInsideBatch", 100, 3, 150},
-		{"OK/OneBatch", 7, 1, 1},
-		{"OK/ManySmallBatches", 3, 50, 120},
-	} {
+	for _, tt := range refillShapes {
 		for _, src := range sourceShapes {
 			t.Run(tt.name+"/"+src.name, func(t *testing.T) {
 				s := newSource(src.shape)
@@ -37,23 +30,10 @@ func TestCursorConcurrentRefills(t *testing.T) {
 				runs := []int{1, 2, 5, 16, 64, 1000, 1, 2, 5, 16, 64, 1000}
 				const plain, each = 4, 20000
 				got, cursors := drainWithCursors(t, b, runs, plain, each, tt.batch*tt.batches)
-				b.stop() // stop the fetcher, but keep what the buffer holds to count it
-				<-b.done
-				var all []int64
-				for _, ids := range got {
-					all = append(all, ids...)
-				}
+				all := stopAndCollect(b, got)
 				for _, c := range cursors {
 					all = append(all, heldIDs(c)...)
 				}
-				b.mu.Lock()
-				if cur := b.cur.Load(); cur.left() > 0 {
-					all = append(all, idsFrom(cur, cur.size-int64(cur.left()))...)
-				}
-				for _, q := range b.queue {
-					all = append(all, idsFrom(q, 0)...)
-				}
-				b.mu.Unlock()
 				checkExactlyFetched(t, all, s.fetched())
 			})
 		}
