@@ -42,8 +42,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
+
+	"github.com/leafbus/leafbus/internal/cpuprofile"
 )
 
 // Exit statuses.
@@ -81,12 +82,16 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, live bo
 		progressOut = stderr
 	}
 	if cfg.CPUProfile != "" {
-		stopProfile, err := startCPUProfile(cfg.CPUProfile)
+		stopProfile, err := cpuprofile.Start(cfg.CPUProfile) // with --embedded, the dispenser's too
 		if err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return exitTrouble
 		}
-		defer stopProfile()
+		defer func() {
+			if err := stopProfile(); err != nil {
+				fmt.Fprintln(stderr, "bench:", err)
+			}
+		}()
 	}
 	rep, err := run(ctx, cfg, logger, progressOut)
 	if err != nil {
@@ -108,21 +113,4 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, live bo
 		return exitTrouble
 	}
 	return exitOK
-}
-
-// startCPUProfile profiles the whole process (with --embedded, the dispenser too) until
-// the returned function is called.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }

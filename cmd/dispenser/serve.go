@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/leafbus/leafbus/dispenser"
+	"github.com/leafbus/leafbus/internal/cpuprofile"
 )
 
 // Main is the serve command: it parses its configuration, runs one dispenser (package
@@ -44,11 +43,17 @@ func (m *Main) ParseFlags(args []string) error {
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.Config.logger(m.Stderr)
 	if m.Config.CPUProfile != "" {
-		stop, err := startCPUProfile(m.Config.CPUProfile, m.log)
+		// The whole process as deployed: how the dispenser spends its CPU, which
+		// benchmarks inside one process (the load client sharing the runtime) do not show.
+		stop, err := cpuprofile.Start(m.Config.CPUProfile)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		defer func() {
+			if err := stop(); err != nil {
+				m.log.Warn("CPU profile not written in full", "err", err)
+			}
+		}()
 	}
 	d, err := dispenser.New(ctx, m.Config.Config,
 		dispenser.WithLogger(m.log),
@@ -73,24 +78,4 @@ func (m *Main) Close() error {
 		m.log.Warn("close", "err", err)
 	}
 	return err
-}
-
-// startCPUProfile profiles the whole process until the returned function is called:
-// how the dispenser spends its CPU as deployed, which benchmarks inside one process
-// (the load client sharing the runtime) do not show.
-func startCPUProfile(path string, log *slog.Logger) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			log.Warn("--cpuprofile: close", "file", path, "err", err)
-		}
-	}, nil
 }
