@@ -106,17 +106,27 @@ func (l *load) work(ctx context.Context, kind wire.Kind, single bool, rate float
 			return
 		}
 		l.record(kind, tag, buf[:n], err)
-		next = next.Add(every)
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-		} else if d < -time.Second {
-			next = time.Now() // fell behind (a slow answer): do not burst to catch up
+		if !waitTurn(ctx, &next, every) {
+			return
 		}
 	}
+}
+
+// waitTurn waits for the next slot of a timetable of one request every every, moving
+// next on to it. A client more than a second behind (a slow answer) starts afresh from
+// now instead of bursting to catch up. It returns false once ctx ends.
+func waitTurn(ctx context.Context, next *time.Time, every time.Duration) bool {
+	*next = next.Add(every)
+	if d := time.Until(*next); d > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+		}
+	} else if d < -time.Second {
+		*next = time.Now()
+	}
+	return true
 }
 
 // record keeps the IDs of a success, or counts a failure, in the current phase.

@@ -216,15 +216,8 @@ func (m *monoLoad) client(ctx context.Context, c int, nc *nats.Conn, timeout tim
 			return
 		}
 		m.record(c, count, sent, recv, msg, err)
-		next = next.Add(every)
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-		} else if d < -time.Second {
-			next = time.Now()
+		if !waitTurn(ctx, &next, every) {
+			return
 		}
 	}
 }
