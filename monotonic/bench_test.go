@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,7 +94,7 @@ func benchSingleID(b *testing.B, dispensers int) {
 	b.ReportMetric(median(plain), "ordinary-req/s")
 	b.ReportMetric(median(ordered), "monotonic-req/s")
 	b.ReportMetric(median(ratio), "monotonic/ordinary")
-	b.Logf("ordinary %s req/s; monotonic %s req/s; ratios %s", round(plain), round(ordered), round2(ratio))
+	b.Logf("ordinary %s req/s; monotonic %s req/s; ratios %s", joinFloats("%.0f", plain), joinFloats("%.0f", ordered), joinFloats("%.2f", ratio))
 	for _, n := range nodes {
 		b.Logf("%s: %+v", n.name, n.mgr.Stats().Tags)
 	}
@@ -142,24 +143,11 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func round(xs []float64) string {
-	out := ""
+// joinFloats formats each of xs with format (e.g. "%.2f"), space separated.
+func joinFloats(format string, xs []float64) string {
+	parts := make([]string, len(xs))
 	for i, x := range xs {
-		if i > 0 {
-			out += " "
-		}
-		out += fmt.Sprintf("%.0f", x)
+		parts[i] = fmt.Sprintf(format, x)
 	}
-	return out
-}
-
-func round2(xs []float64) string {
-	out := ""
-	for i, x := range xs {
-		if i > 0 {
-			out += " "
-		}
-		out += fmt.Sprintf("%.2f", x)
-	}
-	return out
+	return strings.Join(parts, " ")
 }
