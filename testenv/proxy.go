@@ -39,7 +39,10 @@ func StartProxy(tb testing.TB, target string) *Proxy {
 }
 
 // URL is the proxy's address as a NATS URL.
-func (p *Proxy) URL() string { return "nats://" + p.ln.Addr().String() }
+func (p *Proxy) URL() string { return "nats://" + p.Addr() }
+
+// Addr is the proxy's host:port, for clients of other servers (ZooKeeper, MySQL).
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
@@ -131,6 +134,14 @@ func (p *Proxy) Kill() {
 		}
 		c.Close()
 	}
+}
+
+// Heal ends a Kill: new connections reach the target again, as when a network
+// partition ends or a killed server is back.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.killed = false
 }
 
 func (p *Proxy) close() {

@@ -52,7 +52,7 @@ func TestZKRecycleExpiry(t *testing.T) {
 	lastReport := time.Now().UnixMilli()
 	must(t, "Renew", la.Renew(ctx, lastReport))
 
-	proxy.setFrozen(true)
+	proxy.Kill()
 	leasePath := a.leasePath(la.WorkerID())
 	testutil.Eventually(t, 10*time.Second, "the silent holder's lease node to expire", func() bool {
 		ok, _, err := conn.Exists(leasePath)
@@ -67,7 +67,7 @@ func TestZKRecycleExpiry(t *testing.T) {
 		t.Fatalf("new holder's Recorded %d, want >= the previous holder's last report %d", lb.Recorded(), lastReport)
 	}
 
-	proxy.setFrozen(false)
+	proxy.Heal()
 	var err error
 	testutil.Eventually(t, 15*time.Second, "the old holder's Renew to report the lease lost", func() bool {
 		err = la.Renew(ctx, time.Now().UnixMilli())
@@ -112,7 +112,7 @@ func TestZKRecycleHeartbeatSuspendsBeforeExpiry(t *testing.T) {
 		return s == nil
 	})
 
-	proxy.setFrozen(true)
+	proxy.Kill()
 	testutil.Eventually(t, 5*time.Second, "the heartbeat to suspend the generator", func() bool {
 		_, s := gen.state()
 		return errors.Is(s, ErrLeaseLost)

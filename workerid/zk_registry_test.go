@@ -1,11 +1,9 @@
 package workerid
 
 import (
-	"io"
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,89 +155,15 @@ func TestZKRegistryDownAtStart(t *testing.T) {
 	}
 }
 
-// zkProxy forwards TCP to a ZooKeeper server until frozen: then it drops every
-// connection and refuses new ones, as a network partition does, while the server
-// stays up and expires the sessions that went silent.
-type zkProxy struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	frozen bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
 // zkBehindProxy is the shared ZooKeeper server, a connection to it, a fresh node name
-// for the test, and a proxy in front of the server that the test can freeze or cut.
-func zkBehindProxy(t *testing.T) (*testenv.ZooKeeperServer, *zk.Conn, string, *zkProxy) {
+// for the test, and a proxy in front of the server that the test can cut (Kill: every
+// connection dropped and new ones refused, as in a network partition, while the server
+// stays up and expires the sessions that went silent) and Heal.
+func zkBehindProxy(t *testing.T) (*testenv.ZooKeeperServer, *zk.Conn, string, *testenv.Proxy) {
 	t.Helper()
 	srv := testenv.ZooKeeper(t)
 	conn := srv.Connect(t)
-	return srv, conn, zkTestName(t, srv, conn), startZKProxy(t, srv.Addr())
-}
-
-func startZKProxy(tb testing.TB, target string) *zkProxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(tb, "Listen", err)
-	p := &zkProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	tb.Cleanup(func() {
-		ln.Close()
-		p.setFrozen(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *zkProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *zkProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.frozen {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, s)
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *zkProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-func (p *zkProxy) setFrozen(frozen bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.frozen = frozen
-	if frozen {
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.conns = nil
-	}
+	return srv, conn, zkTestName(t, srv, conn), testenv.StartProxy(t, srv.Addr())
 }
 
 func TestZKRegistryConfigValidate(t *testing.T) {

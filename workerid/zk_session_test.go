@@ -174,7 +174,7 @@ func TestZKRecycleLeaseSurvivesClientReplacement(t *testing.T) {
 	// The client loses its server (its session lives on there) and is replaced by one
 	// that reaches the server another way.
 	direct(r, srv.Servers())
-	proxy.setFrozen(true)
+	proxy.Kill()
 	r.replaceClient(0, "test")
 	start := time.Now()
 	testutil.Eventually(t, 10*time.Second, "the lease node on the new session and the holder issuing", func() bool {
@@ -218,7 +218,7 @@ func TestZKLeafRestartTakesOverOwnSession(t *testing.T) {
 		c.Lease, c.Generator, c.Cache = lease, &fakeGen{}, cache
 	}))
 	must(t, "Beat", h.Beat(testutil.Context(t, 10*time.Second)))
-	proxy.setFrozen(true) // the process is gone; its session lives on in ZooKeeper
+	proxy.Kill() // the process is gone; its session lives on in ZooKeeper
 	var alive aliveValue
 	must(t, "decode alive node", json.Unmarshal([]byte(zkGet(t, conn, crashed.alivePath())), &alive))
 	if e, err := cache.Load(); err != nil || e.Owner == "" || e.Owner != alive.Owner {

@@ -61,9 +61,9 @@ func TestZKRecycleLeaseWatchDisconnected(t *testing.T) {
 	h := startWatchedHolder(t, zkAcquire(t, r), zkWatchBeat)
 	h.waitWatched(t)
 
-	refusalAfter(t, h.gen, ErrLeaseUnverified, now(func() { proxy.setFrozen(true) }))
+	refusalAfter(t, h.gen, ErrLeaseUnverified, now(func() { proxy.Kill() }))
 	time.Sleep(200 * time.Millisecond) // well within the session timeout
-	proxy.setFrozen(false)
+	proxy.Heal()
 	start := time.Now()
 	testutil.Eventually(t, 10*time.Second, "the holder to issue again", func() bool {
 		_, err := h.gen.Next()
@@ -87,13 +87,13 @@ func TestZKRecycleLeaseWatchSessionExpired(t *testing.T) {
 	h.waitWatched(t)
 	before := r.conn.SessionID()
 
-	proxy.setFrozen(true)
+	proxy.Kill()
 	p := r.leasePath(lease.WorkerID())
 	testutil.Eventually(t, 15*time.Second, "the session to expire and take the lease node", func() bool {
 		ok, _, err := conn.Exists(p)
 		return err == nil && !ok
 	})
-	proxy.setFrozen(false)
+	proxy.Heal()
 	testutil.Eventually(t, 20*time.Second, "the holder to issue again", func() bool {
 		_, err := h.gen.Next()
 		return err == nil
@@ -131,7 +131,7 @@ func TestZKForeverLeaseWatchZooKeeperUnreachable(t *testing.T) {
 	h := startWatchedHolder(t, lease)
 	h.waitWatched(t)
 
-	proxy.setFrozen(true)
+	proxy.Kill()
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		if _, err := h.gen.Next(); err != nil {
@@ -139,7 +139,7 @@ func TestZKForeverLeaseWatchZooKeeperUnreachable(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	proxy.setFrozen(false)
+	proxy.Heal()
 	if _, err := h.gen.Next(); errors.Is(err, ErrLeaseUnverified) || errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("Next after ZooKeeper is back: %v", err)
 	}
