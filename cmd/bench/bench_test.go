@@ -536,6 +536,10 @@ func TestParseFlags(t *testing.T) {
 		{"ErrInboxPrefixWildcard", []string{"--inbox-prefix", "_INBOX.*"}, nil, true},
 		{"ErrInboxPrefixTrailingDot", []string{"--inbox-prefix", "_INBOX_a."}, nil, true},
 		{"ErrInboxPrefixSpace", []string{"--inbox-prefix", "_INBOX a"}, nil, true},
+		{"ErrInboxPrefixDispenserSubject", []string{"--inbox-prefix", "leaf.bench"}, nil, true},
+		{"ErrInboxPrefixDollar", []string{"--inbox-prefix", "$X"}, nil, true},
+		{"ErrRequestsUnderRounds", []string{"--baseline", "echo", "--requests", "3", "--rounds", "5"}, nil, true},
+		{"RequestsOverRounds", []string{"--baseline", "echo", "--requests", "5", "--rounds", "5"}, func(c Config) bool { return c.Rounds == 5 && c.Requests == 5 }, false},
 		{"ErrInboxPrefixWithHTTP", []string{"--http", "http://127.0.0.1:8080", "--inbox-prefix", "_INBOX_a"}, nil, true},
 	}
 	for _, tt := range tests {
@@ -608,6 +612,36 @@ func TestRunStopsOnInterrupt(t *testing.T) {
 	}
 }
 
+// TestEchoAnswersInboxesOnly: the echo answers a request whose reply subject is an
+// inbox, and drops one aimed at a KV key or a dispenser subject, as the dispenser does
+// (PROTOCOL.md "Reply subjects").
+func TestEchoAnswersInboxesOnly(t *testing.T) {
+	n := testenv.StartNATS(t)
+	cfg := testConfig(n)
+	echo, err := startEcho(cfg.Conn, wire.Subjects{Prefix: cfg.Prefix}, newEchoPrefix(), []string{"t"}, [][]byte{[]byte("42")}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(echo.stop)
+	nc := n.Connect(t)
+	if m, err := nc.Request(echo.subject("t"), nil, 5*time.Second); err != nil || string(m.Data) != "42" {
+		t.Fatalf("request from an inbox = %v, %v; want 42", m, err)
+	}
+	for _, aimed := range []string{"$KV.leaf_forever.node-1", "leaf.segment.orders"} {
+		sub, err := nc.SubscribeSync(aimed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.PublishRequest(echo.subject("t"), aimed, nil); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+			t.Errorf("the echo answered on %s: %q", aimed, m.Data)
+		}
+		sub.Unsubscribe()
+	}
+}
+
 // BenchmarkLoadgenEcho measures the bench itself: closed-loop requests through runLoad
 // against a bare responder, everything in one process. Its ns/op bounds the request
 // rate a bench process can drive on this machine.
@@ -616,7 +650,7 @@ func BenchmarkLoadgenEcho(b *testing.B) {
 	n := testenv.StartNATS(b)
 	cfg := testConfig(n)
 	cfg.Clients, cfg.Inflight = 2, 16
-	echo, err := startEcho(cfg.Conn, newEchoPrefix(), cfg.Tags, [][]byte{[]byte("1860000000000000001")}, 1, nil)
+	echo, err := startEcho(cfg.Conn, wire.Subjects{Prefix: cfg.Prefix}, newEchoPrefix(), cfg.Tags, [][]byte{[]byte("1860000000000000001")}, 1, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

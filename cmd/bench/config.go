@@ -344,6 +344,9 @@ func (c Config) Validate() error {
 		return bad("--rounds %d must be at least 1", c.Rounds)
 	case c.Rounds > 1 && (c.Baseline == "" || c.Check || (c.Duration == 0 && c.Requests == 0)):
 		return bad("--rounds %d takes turns with a --baseline, over a --duration or --requests, without --check", c.Rounds)
+	case c.Rounds > 1 && c.Duration == 0 && c.Requests < int64(c.Rounds):
+		// A round of 0 requests and no duration would never end.
+		return bad("--requests %d cannot be cut into --rounds %d: want at least one request a round", c.Requests, c.Rounds)
 	case c.EchoResponders < 0:
 		return bad("--echo-responders %d must not be negative", c.EchoResponders)
 	case c.EchoResponders > 0 && c.Baseline == "":
@@ -359,6 +362,11 @@ func (c Config) Validate() error {
 	if c.InboxPrefix != "" {
 		if err := checkPlainSubject(c.InboxPrefix); err != nil {
 			return bad("--inbox-prefix: %v", err)
+		}
+		// The dispenser drops replies aimed at its own subjects or at $ subjects: every
+		// request would time out.
+		if !(wire.Subjects{Prefix: c.Prefix}).ReplyAllowed(c.InboxPrefix + ".x") {
+			return bad("--inbox-prefix %q: the dispenser never answers on it (PROTOCOL.md \"Reply subjects\")", c.InboxPrefix)
 		}
 	}
 	seen := map[string]bool{}

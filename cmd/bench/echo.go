@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -32,8 +33,11 @@ func newEchoPrefix() string {
 }
 
 // startEcho connects responders responders through cfg and subscribes them to
-// prefix.<tag>. payloads[i] answers requests for tags[i].
-func startEcho(cfg client.ConnConfig, prefix string, tags []string, payloads [][]byte, responders int, logger *slog.Logger) (*echoServer, error) {
+// prefix.<tag>. payloads[i] answers requests for tags[i], on the reply subjects the
+// dispenser of replies would answer on (PROTOCOL.md "Reply subjects"): a caller cannot
+// aim the echo at a KV key or a dispenser subject, and the echo does the dispenser's
+// per-request check too.
+func startEcho(cfg client.ConnConfig, replies wire.Subjects, prefix string, tags []string, payloads [][]byte, responders int, logger *slog.Logger) (*echoServer, error) {
 	e := &echoServer{prefix: prefix}
 	byTag := make(map[string][]byte, len(tags))
 	for i, tag := range tags {
@@ -48,6 +52,9 @@ func startEcho(cfg client.ConnConfig, prefix string, tags []string, payloads [][
 		e.conns = append(e.conns, cl)
 		nc := cl.nc
 		_, err = nc.QueueSubscribe(e.prefix+".*", "bench-echo", func(m *nats.Msg) {
+			if !replies.ReplyAllowed(m.Reply) {
+				return
+			}
 			// A failed respond can only mean a closed connection; the client counts a timeout.
 			_ = m.Respond(byTag[m.Subject[len(e.prefix)+1:]])
 		})

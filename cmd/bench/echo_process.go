@@ -161,7 +161,7 @@ func startSampledEcho(ec echoConfig, logger *slog.Logger) (*echoServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startEcho(ec.Conn, ec.Subject, ec.Tags, payloads, ec.Responders, logger)
+	return startEcho(ec.Conn, subjects, ec.Subject, ec.Tags, payloads, ec.Responders, logger)
 }
 
 // echoChildArgs is the command line of a `bench echo` serving cfg's load on subject;

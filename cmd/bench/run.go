@@ -236,7 +236,7 @@ func setUpBaseline(ctx context.Context, cfg Config, where string, subjects wire.
 	if where == baselineEchoProcess {
 		b.echo, err = startEchoProcess(ctx, cfg, b.report.Responders)
 	} else {
-		b.echo, err = startEcho(cfg.Conn, newEchoPrefix(), cfg.Tags, payloads, b.report.Responders, logger)
+		b.echo, err = startEcho(cfg.Conn, wire.Subjects{Prefix: cfg.Prefix}, newEchoPrefix(), cfg.Tags, payloads, b.report.Responders, logger)
 	}
 	if err != nil {
 		b.report.Error = err.Error()
