@@ -31,29 +31,63 @@ func TestReplyAllocatesNothing(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Segments, cfg.Snowflakes, cfg.Observer = &countingSegments{}, sfs, m
-	cfg.Monotonic = &fakeMonotonic{marks: map[string]bool{"ordered": true}, inMemory: true}
+	mono := &fakeMonotonic{marks: map[string]bool{"ordered": true}, inMemory: true}
+	cfg.Monotonic = mono
 	svc, err := New(ns.Connect(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Stop() })
 	binary := nats.Header{wire.EncodingHeader: []string{"binary"}}
+	// natsTotals is what the Observer counted for NATS: requests answered, error
+	// replies, IDs handed out.
+	natsTotals := func() (total metrics.Total) {
+		for _, tot := range m.Totals() {
+			if tot.Transport == metrics.NATS {
+				total.Requests += tot.Requests
+				total.Errors += tot.Errors
+				total.IDs += tot.IDs
+			}
+		}
+		return total
+	}
+	monoServed := func() int64 { mono.mu.Lock(); defer mono.mu.Unlock(); return mono.next }
 	for _, tt := range []struct {
 		name, endpoint string
 		msg            *nats.Msg
+		ids            uint64 // per request; 0: refused by the reply guard, unanswered
+		monotonic      bool   // served by the monotonic path, not the buffers
 	}{
-		{"OK/Segment", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a"}},
-		{"OK/Segment10", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Data: []byte("10")}},
-		{"OK/SegmentBinary", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Header: binary}},
-		{"OK/Monotonic", "segment", &nats.Msg{Subject: "leaf.segment.ordered", Reply: "_INBOX.a"}},
-		{"OK/Snowflake", "snowflake", &nats.Msg{Subject: "leaf.snowflake.any", Reply: "_INBOX.a"}},
-		{"OK/RefusedReply", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "$KV.x"}},
+		{"OK/Segment", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a"}, 1, false},
+		{"OK/Segment10", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Data: []byte("10")}, 10, false},
+		{"OK/SegmentBinary", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Header: binary}, 1, false},
+		{"OK/Monotonic", "segment", &nats.Msg{Subject: "leaf.segment.ordered", Reply: "_INBOX.a"}, 1, true},
+		{"OK/Snowflake", "snowflake", &nats.Msg{Subject: "leaf.snowflake.any", Reply: "_INBOX.a"}, 1, false},
+		{"OK/RefusedReply", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "$KV.x"}, 0, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			deliver := svc.deliver(svc.endpoint(tt.endpoint))
+			e := svc.endpoint(tt.endpoint)
+			deliver := svc.deliver(e)
+			before, refused, served := natsTotals(), e.refused.Load(), monoServed()
 			deliver(tt.msg) // the scratch space grows once
-			if n := testing.AllocsPerRun(1000, func() { deliver(tt.msg) }); n != 0 {
+			const runs = 1000
+			if n := testing.AllocsPerRun(runs, func() { deliver(tt.msg) }); n != 0 {
 				t.Fatalf("%s: %v allocations per request, want 0", tt.msg.Subject, n)
+			}
+			// What was measured is the work itself: every request answered with its IDs
+			// (or refused), none with an error, each by the path its tag takes.
+			const requests = runs + 2 // the first delivery and AllocsPerRun's warm-up
+			after := natsTotals()
+			if got, want := after.IDs-before.IDs, requests*tt.ids; got != want || after.Errors != before.Errors {
+				t.Errorf("%d requests handed out %d IDs with %d error replies, want %d IDs and none", requests, got, after.Errors-before.Errors, want)
+			}
+			if tt.ids == 0 {
+				if got := e.refused.Load() - refused; got != requests || after.Requests != before.Requests {
+					t.Errorf("%d requests with a foreign reply subject: %d refused, %d answered; want all refused", requests, got, after.Requests-before.Requests)
+				}
+			}
+			if got := monoServed() - served; tt.monotonic != (got == requests) || (!tt.monotonic && got != 0) {
+				t.Errorf("the monotonic path served %d of %d requests (monotonic tag: %v)", got, requests, tt.monotonic)
 			}
 		})
 	}
