@@ -42,9 +42,9 @@ func (s *Service) subscribeVerbs() error {
 }
 
 // answerVerb answers a control request, unless its reply subject is one no answer may
-// go to (the reply guard's rule; such requests are dropped without a word).
+// go to: the reply guard drops it, counts it and logs it, as for the endpoints.
 func (s *Service) answerVerb(m *nats.Msg, answer func() any) {
-	if !s.subjects.ReplyAllowed(m.Reply) {
+	if !s.guard.allow("$SRV", &s.verbsRefused, m.Subject, m.Reply) {
 		return
 	}
 	b, err := json.Marshal(answer())
@@ -125,6 +125,9 @@ func (s *Service) endpointStats(e *endpoint) any {
 	data := map[string]any{}
 	if n := e.refused.Load(); n > 0 {
 		data["refused_replies"] = n
+	}
+	if n := s.verbsRefused.Load(); n > 0 {
+		data["refused_control_replies"] = n // $SRV requests: the service's, shown with each endpoint
 	}
 	var c *endpointCounters
 	switch e.name {

@@ -125,10 +125,24 @@ func TestDiscoveryRefusesForeignReplies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var ping micro.Ping // answered in order after the three: nothing leaked before it
+	// Each verb is its own subscription: once each has answered a request sent after the
+	// foreign ones, it has handled those too.
+	var ping micro.Ping
+	var info micro.Info
+	var stats micro.Stats
 	ask(t, nc, "$SRV.PING.leaf", &ping)
+	ask(t, nc, "$SRV.INFO.leaf", &info)
+	ask(t, nc, "$SRV.STATS.leaf", &stats)
 	if m, err := leaked.NextMsg(100 * time.Millisecond); err == nil {
 		t.Fatalf("a $SRV answer reached %s: %s", m.Subject, m.Data)
+	}
+	// Dropped and counted (PROTOCOL.md "Reply subjects"), shown with every endpoint.
+	var data struct {
+		Refused uint64 `json:"refused_control_replies"`
+	}
+	ask(t, nc, "$SRV.STATS.leaf", &stats)
+	if err := json.Unmarshal(stats.Endpoints[0].Data, &data); err != nil || data.Refused != 3 {
+		t.Errorf("refused_control_replies = %d (%v) in %s, want 3", data.Refused, err, stats.Endpoints[0].Data)
 	}
 }
 

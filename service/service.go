@@ -184,6 +184,7 @@ type Service struct {
 	epoch             time.Time // requests are timed from here on the monotonic clock alone
 	stopOnce          sync.Once
 	stopErr           error
+	verbsRefused      atomic.Uint64 // $SRV requests dropped by the reply guard
 }
 
 // endpointCounters are the service's own figures per ID endpoint, shown as the data of
