@@ -13,6 +13,7 @@ import (
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/service"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // step is one stage of New. A step that builds something that must be undone registers
@@ -199,12 +200,16 @@ func (d *Dispenser) startService(context.Context) error {
 	svcCfg.Stats = d.endpointStats
 	svcCfg.Logger = d.log.With("component", "service")
 	svcCfg.Observer = d.metrics
-	svcCfg.Metadata = map[string]string{"node_id": cfg.NodeID, "worker_id": strconv.FormatInt(d.lease.WorkerID(), 10)}
-	svcCfg.Metadata = d.rangeMetadata(svcCfg.Metadata) // worker_range.go
-	// After a lost lease the worker keeper moves the generator to a new worker ID:
-	// discovery and the peers' range check must see that one, not the first.
+	// What discovery and the peers' worker-ID range check read (worker_range.go).
+	svcCfg.Metadata = map[string]string{
+		wire.MetaNodeID:      cfg.NodeID,
+		wire.MetaWorkerIDMin: strconv.FormatInt(cfg.WorkerIDMin, 10),
+		wire.MetaWorkerIDMax: strconv.FormatInt(cfg.WorkerIDMax, 10),
+	}
+	// The worker ID is asked for each answer: after a lost lease the worker keeper moves
+	// the generator to a new one, and discovery and the peers must see that one.
 	svcCfg.LiveMetadata = func() map[string]string {
-		return map[string]string{metaWorkerID: strconv.FormatInt(d.snowflakes.WorkerID(), 10)}
+		return map[string]string{wire.MetaWorkerID: strconv.FormatInt(d.snowflakes.WorkerID(), 10)}
 	}
 	svc, err := service.New(svcConn, svcCfg)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -122,7 +123,7 @@ func TestLostWorkerIDTakesANewOne(t *testing.T) {
 	if err := json.Unmarshal(msg.Data, &info); err != nil {
 		t.Fatalf("$SRV.INFO answer %q: %v", msg.Data, err)
 	}
-	if got := info.Metadata[metaWorkerID]; got != fmt.Sprint(second) {
+	if got := info.Metadata[wire.MetaWorkerID]; got != fmt.Sprint(second) {
 		t.Fatalf("$SRV.INFO metadata worker_id %q after the replacement, want %d (metadata %v)", got, second, info.Metadata)
 	}
 }

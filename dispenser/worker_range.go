@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -32,15 +33,6 @@ import (
 // see each other may hand out the same worker ID. A peer (another node ID) that reports
 // this node's very worker ID is warned about whatever the ranges: two datacenters left
 // at the default range look like one deployment, and that is how they show.
-
-// Metadata keys of $SRV.INFO (PROTOCOL.md; httpapi's discovery reads node_id and
-// worker_id).
-const (
-	metaNodeID      = "node_id"
-	metaWorkerID    = "worker_id"
-	metaWorkerIDMin = "worker_id_min"
-	metaWorkerIDMax = "worker_id_max"
-)
 
 // Peer range check timing: how often the peers are asked, how long their answers are
 // collected (a peer across a gateway answers within milliseconds; quiet ends the wait
@@ -78,28 +70,12 @@ func (c Config) checkWorkerRange() []error {
 	return errs
 }
 
-// rangeMetadata returns m (the service's other metadata) with this node's worker ID and
-// range added, and its node ID unless m names one: what peers and discovery read.
-func (d *Dispenser) rangeMetadata(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m)+4)
-	for k, v := range m {
-		out[k] = v
-	}
-	if out[metaNodeID] == "" {
-		out[metaNodeID] = d.cfg.NodeID
-	}
-	out[metaWorkerID] = strconv.FormatInt(d.snowflakes.WorkerID(), 10)
-	out[metaWorkerIDMin] = strconv.FormatInt(d.cfg.WorkerIDMin, 10)
-	out[metaWorkerIDMax] = strconv.FormatInt(d.cfg.WorkerIDMax, 10)
-	return out
-}
-
 // rangeStats is the worker ID and range in the snowflake endpoint's $SRV.STATS, with the
 // number of peers whose range conflicted with this node's at the last check.
 func (d *Dispenser) rangeStats(data map[string]any) map[string]any {
-	data[metaWorkerID] = d.snowflakes.WorkerID()
-	data[metaWorkerIDMin] = d.cfg.WorkerIDMin
-	data[metaWorkerIDMax] = d.cfg.WorkerIDMax
+	data[wire.MetaWorkerID] = d.snowflakes.WorkerID()
+	data[wire.MetaWorkerIDMin] = d.cfg.WorkerIDMin
+	data[wire.MetaWorkerIDMax] = d.cfg.WorkerIDMax
 	data["worker_id_conflicts"] = d.peerRanges.conflicts.Load()
 	return data
 }
@@ -120,12 +96,12 @@ func parsePeer(data []byte) (peer, error) {
 		return peer{}, err
 	}
 	m := info.Metadata
-	p := peer{instance: info.ID, nodeID: m[metaNodeID], workerID: -1}
-	if w, err := strconv.ParseInt(m[metaWorkerID], 10, 64); err == nil {
+	p := peer{instance: info.ID, nodeID: m[wire.MetaNodeID], workerID: -1}
+	if w, err := strconv.ParseInt(m[wire.MetaWorkerID], 10, 64); err == nil {
 		p.workerID = w
 	}
-	lo, errLo := strconv.ParseInt(m[metaWorkerIDMin], 10, 64)
-	hi, errHi := strconv.ParseInt(m[metaWorkerIDMax], 10, 64)
+	lo, errLo := strconv.ParseInt(m[wire.MetaWorkerIDMin], 10, 64)
+	hi, errHi := strconv.ParseInt(m[wire.MetaWorkerIDMax], 10, 64)
 	if errLo == nil && errHi == nil {
 		p.rng, p.hasRange = workerid.Range{Min: lo, Max: hi}, true
 	}

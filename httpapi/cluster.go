@@ -21,12 +21,6 @@ import (
 // every dispenser that will answer has.
 const quietAfter = 100 * time.Millisecond
 
-// Metadata keys of a dispenser's $SRV.INFO that discovery reads.
-const (
-	metaNodeID   = "node_id"
-	metaWorkerID = "worker_id"
-)
-
 // Discover returns a Status.Cluster func that finds every dispenser of prefix over nc:
 // each answers $SRV.INFO.<prefix> (its version, and the node_id and worker_id of its
 // metadata) and <prefix>.time (its clock, named by the Leaf-Node-Id header); the two
@@ -65,11 +59,11 @@ func join(infos, clocks []*nats.Msg) []Peer {
 		if err := json.Unmarshal(m.Data, &info); err != nil {
 			continue
 		}
-		p := &Peer{NodeID: info.Metadata[metaNodeID], Version: info.Version, WorkerID: -1}
+		p := &Peer{NodeID: info.Metadata[wire.MetaNodeID], Version: info.Version, WorkerID: -1}
 		if p.NodeID == "" {
 			p.NodeID, p.Error = "service "+info.ID, "its $SRV.INFO names no node_id"
 		}
-		if w, err := strconv.ParseInt(info.Metadata[metaWorkerID], 10, 64); err == nil {
+		if w, err := strconv.ParseInt(info.Metadata[wire.MetaWorkerID], 10, 64); err == nil {
 			p.WorkerID = w
 		}
 		byNode[p.NodeID] = p

@@ -26,7 +26,7 @@ func (s *Service) subscribeVerbs() error {
 		{micro.InfoVerb, func() any { return s.Info() }},
 		{micro.StatsVerb, func() any { return s.stats() }},
 	} {
-		for _, scope := range [][2]string{{"", ""}, {s.cfg.Prefix, ""}, {s.cfg.Prefix, s.id}} {
+		for _, scope := range [][2]string{{"", ""}, {s.subjects.Service(), ""}, {s.subjects.Service(), s.id}} {
 			subject, err := micro.ControlSubject(v.verb, scope[0], scope[1])
 			if err != nil {
 				return fmt.Errorf("service API subject of %s: %w", v.verb, err)
@@ -59,7 +59,7 @@ func (s *Service) answerVerb(m *nats.Msg, answer func() any) {
 
 func (s *Service) identity() micro.ServiceIdentity {
 	return micro.ServiceIdentity{
-		Name:     s.cfg.Prefix,
+		Name:     s.subjects.Service(),
 		ID:       s.id,
 		Version:  s.cfg.Version,
 		Metadata: s.currentMetadata(),
@@ -85,7 +85,7 @@ func (s *Service) Info() micro.Info {
 		Endpoints:       make([]micro.EndpointInfo, 0, len(s.endpoints)),
 	}
 	for _, e := range s.endpoints {
-		info.Endpoints = append(info.Endpoints, micro.EndpointInfo{Name: e.name, Subject: e.subject, QueueGroup: s.cfg.Prefix})
+		info.Endpoints = append(info.Endpoints, micro.EndpointInfo{Name: e.name, Subject: e.subject, QueueGroup: s.subjects.QueueGroup()})
 	}
 	return info
 }
@@ -103,7 +103,7 @@ func (s *Service) stats() micro.Stats {
 		es := &micro.EndpointStats{
 			Name:           e.name,
 			Subject:        e.subject,
-			QueueGroup:     s.cfg.Prefix,
+			QueueGroup:     s.subjects.QueueGroup(),
 			NumRequests:    int(e.requests.Load()),
 			NumErrors:      int(e.errors.Load()),
 			ProcessingTime: time.Duration(e.busy.Load()),

@@ -252,7 +252,7 @@ func (c Config) metadata() map[string]string {
 	for k, v := range c.Metadata {
 		m[k] = v
 	}
-	m["max_batch"] = strconv.Itoa(c.MaxBatch)
+	m[wire.MetaMaxBatch] = strconv.Itoa(c.MaxBatch)
 	return m
 }
 
@@ -271,7 +271,7 @@ func (s *Service) newEndpoints() []*endpoint {
 // subscribe subscribes every endpoint, in the queue group, and the $SRV verbs.
 func (s *Service) subscribe() error {
 	for _, e := range s.endpoints {
-		sub, err := s.nc.QueueSubscribe(e.subject, s.cfg.Prefix, s.deliver(e))
+		sub, err := s.nc.QueueSubscribe(e.subject, s.subjects.QueueGroup(), s.deliver(e))
 		if err != nil {
 			return fmt.Errorf("add endpoint %s on %q: %w", e.name, e.subject, err)
 		}
@@ -312,7 +312,7 @@ func (s *Service) watchAsyncErrors() {
 	s.nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
 		if sub != nil {
 			for _, e := range s.endpoints {
-				if sub.Subject == e.subject && sub.Queue == s.cfg.Prefix {
+				if sub.Subject == e.subject && sub.Queue == s.subjects.QueueGroup() {
 					e.failed(err.Error())
 				}
 			}

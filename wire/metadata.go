@@ -1,0 +1,11 @@
+package wire
+
+// Keys of a dispenser's $SRV.INFO metadata (PROTOCOL.md): what clients read the batch
+// bound from, and what discovery and the peers' worker-ID range check read.
+const (
+	MetaMaxBatch    = "max_batch"     // the largest count one request may ask for
+	MetaNodeID      = "node_id"       // --node-id
+	MetaWorkerID    = "worker_id"     // the snowflake worker ID in use now
+	MetaWorkerIDMin = "worker_id_min" // --worker-id-min
+	MetaWorkerIDMax = "worker_id_max" // --worker-id-max
+)
