@@ -143,16 +143,12 @@ func (s *Service) fillLoaded(ctx context.Context, tag string, ids []int64) error
 }
 
 // startSegmentWaiter is startWaiter for a segment request, counting a refusal for
-// overload as waitForSegment does.
+// overload as every waiter does (refuseWaiter).
 func (s *Service) startSegmentWaiter() error {
-	err := s.startWaiter()
-	if errors.Is(err, errOverloaded) {
-		s.segStats.overloaded.Add(1)
-		if s.rejecter != nil {
-			s.rejecter.Rejected(TransportNATS)
-		}
+	if err := s.startWaiter(); err != nil {
+		return s.refuseWaiter(&s.segStats, err, err)
 	}
-	return err
+	return nil
 }
 
 // monotonicAsync is what a Monotonic may also offer (package monotonic's Manager
