@@ -176,7 +176,7 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	return err
 }
 
-// startService registers the micro service. It gets a connection of its own: stopping it
+// startService starts the NATS service ($SRV-discoverable). It gets a connection of its own: stopping it
 // drains every request already delivered, while heartbeats still use the first one to
 // write the last record.
 func (d *Dispenser) startService(context.Context) error {

@@ -74,11 +74,20 @@ func monotonicState(m *monotonic.Manager) func() metrics.Monotonic {
 // monotonic tag to the Manager (its leader's one sequence), never to the buffers, whose
 // segments are cut ahead of time; every other tag to the generator.
 type httpSegments struct {
-	mono     *monotonic.Manager
+	mono interface {
+		httpapi.SegmentSource
+		Ready() <-chan struct{}
+		IsMonotonic(tag string) (bool, error)
+	}
 	ordinary httpapi.SegmentSource
 }
 
 func (h httpSegments) TryFill(tag string, dst []int64) (bool, error) {
+	select {
+	case <-h.mono.Ready():
+	default:
+		return false, nil // Fill waits for the marks
+	}
 	mono, err := h.mono.IsMonotonic(tag)
 	switch {
 	case err != nil:
@@ -89,7 +98,14 @@ func (h httpSegments) TryFill(tag string, dst []int64) (bool, error) {
 	return h.ordinary.TryFill(tag, dst)
 }
 
+// Fill waits for the marks while they load (a dispenser just started), within the
+// request's wait, as the service does for NATS (waitForMarks): no tag can be served
+// before its mark is known, and a 503 at once would send the first requests back.
 func (h httpSegments) Fill(ctx context.Context, tag string, dst []int64) error {
+	select {
+	case <-h.mono.Ready():
+	case <-ctx.Done(): // IsMonotonic says what is missing
+	}
 	mono, err := h.mono.IsMonotonic(tag)
 	switch {
 	case err != nil:

@@ -233,3 +233,45 @@ func TestMarkPurgesPoolStream(t *testing.T) {
 		t.Fatalf("the pool stream holds %d batches of the monotonic tag after a wait", n)
 	}
 }
+
+// marksLoading is a monotonic router whose marks load until loaded is closed; every tag
+// is monotonic and answered 7.
+type marksLoading struct{ loaded chan struct{} }
+
+func (m marksLoading) Ready() <-chan struct{} { return m.loaded }
+func (m marksLoading) IsMonotonic(string) (bool, error) {
+	select {
+	case <-m.loaded:
+		return true, nil
+	default:
+		return false, errors.New("marks not loaded")
+	}
+}
+func (m marksLoading) TryFill(string, []int64) (bool, error) { return false, nil }
+func (m marksLoading) Fill(_ context.Context, _ string, dst []int64) error {
+	for i := range dst {
+		dst[i] = 7
+	}
+	return nil
+}
+
+// TestHTTPWaitsForMarks: an HTTP segment request that comes while the marks load waits
+// for them within its wait, as a NATS request does (waitForMarks), instead of a 503 at
+// once; one whose wait ends first gets the error that says why.
+func TestHTTPWaitsForMarks(t *testing.T) {
+	m := marksLoading{loaded: make(chan struct{})}
+	h := httpSegments{mono: m}
+	dst := make([]int64, 1)
+	if ok, err := h.TryFill("ordered", dst); ok || err != nil {
+		t.Fatalf("TryFill while the marks load = %v, %v; want false, nil (Fill waits)", ok, err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := h.Fill(short, "ordered", dst); err == nil || !strings.Contains(err.Error(), "marks not loaded") {
+		t.Fatalf("Fill past its wait = %v, want the marks' error", err)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { close(m.loaded) })
+	if err := h.Fill(testutil.Context(t, 10*time.Second), "ordered", dst); err != nil || dst[0] != 7 {
+		t.Fatalf("Fill once the marks loaded = %v, %v; want 7 from the monotonic path", dst, err)
+	}
+}

@@ -144,7 +144,8 @@ func afterReady(ready <-chan struct{}, loop func(context.Context) error) func(co
 }
 
 // announce waits until the segment tags and the monotonic marks are loaded (before,
-// every segment request is a 503: no tag's mark is known), then says how to ask for an
+// no tag's mark is known: a segment request waits for them up to WaitMax over NATS and
+// is a 503 at once over HTTP), then says how to ask for an
 // ID and closes Ready. It stays running until stopped, so that it is an actor like the
 // others.
 func (d *Dispenser) announce(ctx context.Context) error {

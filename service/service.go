@@ -71,7 +71,8 @@ const (
 	KindDecode    = "decode"
 )
 
-// Config describes the micro service a dispenser runs. Sources left nil answer 503.
+// Config describes the service a dispenser runs: plain queue subscriptions that speak
+// the protocol `nats micro` reads ($SRV). Sources left nil answer 503.
 type Config struct {
 	Prefix   string // subject prefix, service name and queue group ("leaf")
 	Version  string // semantic version shown by $SRV.INFO
@@ -100,10 +101,11 @@ type Config struct {
 
 	// Observer, when set, is told about every answer of the ID and decode endpoints.
 	Observer Observer
-	// Metadata is added to the service's $SRV.INFO metadata (the dispenser's node_id and
-	// worker_id, which discovery reads); max_batch is always there and set by MaxBatch.
+	// Metadata is added to the service's $SRV metadata (the dispenser's node_id and
+	// worker-ID range, which discovery reads); max_batch is always there and set by
+	// MaxBatch.
 	Metadata map[string]string
-	// LiveMetadata, when set, is asked on every $SRV PING and INFO for the entries that
+	// LiveMetadata, when set, is asked on every $SRV PING, INFO and STATS for the entries that
 	// change while the service runs (the worker ID, replaced after a lost lease); they
 	// override Metadata's. $SRV requests are rare, so it may allocate.
 	LiveMetadata func() map[string]string
