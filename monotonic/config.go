@@ -37,6 +37,10 @@ type Config struct {
 
 	// Segments is where a leader's fresh segments come from. Required.
 	Segments SegmentTaker
+	// CodeOf turns the error a leader answers a forwarded request with into a wire code
+	// and the text to send (service.CodeOf, the one table of codes: a 500 hides its
+	// details, which the leader logs). Required.
+	CodeOf func(error) (code int, description string)
 
 	// LeaseTTL is how long a leader's lease lives without a renewal: the others take
 	// it over once they have seen its record unchanged for LeaseTTL, so after a leader
@@ -74,8 +78,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults; Conn, JetStream, Segments and NodeID are left to
-// the caller.
+// DefaultConfig returns the defaults; Conn, JetStream, Segments, CodeOf and NodeID are
+// left to the caller.
 func DefaultConfig() Config {
 	seg := segment.DefaultConfig()
 	return Config{
@@ -106,6 +110,8 @@ func (c Config) Validate() error {
 		return errors.New("monotonic: config: Conn and JetStream are required")
 	case c.Segments == nil:
 		return errors.New("monotonic: config: Segments is required")
+	case c.CodeOf == nil:
+		return errors.New("monotonic: config: CodeOf is required")
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("monotonic: config: Replicas %d: want 1 to 5", c.Replicas)
 	case c.RenewInterval < time.Millisecond:

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -217,36 +216,20 @@ func (m *Manager) forwarded(ts *tagState, t *term) nats.MsgHandler {
 			reply.Data = wire.AppendIDs(make([]byte, 0, 8*total), ids, wire.Binary)
 		}
 		if err != nil {
-			code := replyCode(err)
+			code, description := m.cfg.CodeOf(err)
 			if code == 500 {
 				m.log.Error("monotonic: forwarded request failed", "tag", ts.name, "err", err)
 			}
 			reply.Data = nil
 			reply.Header = nats.Header{
 				wire.ServiceErrorCodeHeader: []string{strconv.Itoa(code)},
-				wire.ServiceErrorHeader:     []string{err.Error()},
+				wire.ServiceErrorHeader:     []string{description},
 			}
 		}
 		if err := m.nc.PublishMsg(reply); err != nil {
 			m.log.Warn("monotonic: answer to a forwarded request not sent", "tag", ts.name, "err", err)
 		}
 	}
-}
-
-// replyCode is the wire code of an error a leader answers a forwarded request with.
-func replyCode(err error) int {
-	switch {
-	case errors.Is(err, segment.ErrTagNotFound):
-		return 404
-	case errors.Is(err, segment.ErrInvalidTag):
-		return 400
-	case errors.Is(err, segment.ErrUnavailable):
-		return 503
-	}
-	if code := wire.ClassCode(err); code != 0 {
-		return code
-	}
-	return 500
 }
 
 // parseCounts reads the counts of a forwarded request and returns their sum: each 1 to
