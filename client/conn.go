@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -178,7 +179,25 @@ func (c ConnConfig) Connect(logger *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.URLs, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", c.URLs, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURLs(c.URLs), err)
 	}
 	return nc, nil
+}
+
+// RedactURLs is urls (comma separated) without their user information, for errors,
+// logs and reports: a URL such as nats://app:secret@host:4222 or nats://token@host
+// carries a credential.
+func RedactURLs(urls string) string {
+	var out []string
+	for _, s := range strings.Split(urls, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			u.User = nil
+			s = u.String()
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
 }

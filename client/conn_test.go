@@ -600,3 +600,30 @@ func TestReconnectDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectErrorKeepsCredentialsOut: a connection that fails names the servers without
+// the user information a URL may carry (a password, a token).
+func TestConnectErrorKeepsCredentialsOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.Addr().String()
+	l.Close() // nothing listens there now: the connect is refused
+	cfg := ConnConfig{URLs: "nats://app:s3cret-pw@" + ln + ", nats://t0ken-value@" + ln}
+	_, err = cfg.Connect(nil)
+	if err == nil {
+		t.Fatal("Connect to a closed port succeeded")
+	}
+	for _, secret := range []string{"s3cret-pw", "t0ken-value", "app:"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Connect error %q carries %q", err, secret)
+		}
+	}
+	if !strings.Contains(err.Error(), ln) {
+		t.Errorf("Connect error %q does not name the server %s", err, ln)
+	}
+	if got, want := RedactURLs(" nats://a:b@h1:4222 ,nats://h2:4222,"), "nats://h1:4222,nats://h2:4222"; got != want {
+		t.Errorf("RedactURLs = %q, want %q", got, want)
+	}
+}

@@ -57,7 +57,7 @@ func connect(cfg client.ConnConfig, inboxPrefix, name string, logger *slog.Logge
 	)
 	nc, err := nats.Connect(cfg.URLs, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(cfg.URLs), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", client.RedactURLs(cfg.URLs), err)
 	}
 	cl.nc = nc
 	return cl, nil

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/leafbus/leafbus/client"
 )
 
 // Report is everything a run measured; --json prints it as is. Latencies are in
@@ -118,7 +119,7 @@ func (r *Report) Failed() bool {
 
 func newReport(cfg Config) *Report {
 	r := &Report{
-		Transport: "nats", Target: redactURLs(cfg.Conn.URLs), Kind: cfg.Kind.String(), Tags: cfg.Tags, Batch: cfg.Batch,
+		Transport: "nats", Target: client.RedactURLs(cfg.Conn.URLs), Kind: cfg.Kind.String(), Tags: cfg.Tags, Batch: cfg.Batch,
 		Encoding: cfg.Encoding.String(), Mode: "closed", Clients: cfg.Clients, Inflight: cfg.Inflight,
 		Requests: cfg.Requests, WarmupS: cfg.Warmup.Seconds(), DurationS: cfg.Duration.Seconds(),
 		TimeoutS: cfg.Timeout.Seconds(),
@@ -127,22 +128,9 @@ func newReport(cfg Config) *Report {
 		r.Mode, r.Rate, r.Inflight = "open", cfg.Rate, 0
 	}
 	if cfg.HTTP != "" {
-		r.Transport, r.Target = "http", redactURLs(cfg.HTTP)
+		r.Transport, r.Target = "http", client.RedactURLs(cfg.HTTP)
 	}
 	return r
-}
-
-// redactURLs drops user information (passwords, tokens) from the URLs.
-func redactURLs(urls string) string {
-	var out []string
-	for _, s := range splitList(urls) {
-		if u, err := url.Parse(s); err == nil && u.User != nil {
-			u.User = nil
-			s = u.String()
-		}
-		out = append(out, s)
-	}
-	return strings.Join(out, ",")
 }
 
 func phaseReport(r *phaseResult) PhaseReport {

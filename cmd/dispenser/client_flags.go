@@ -59,7 +59,7 @@ func (c *clientFlags) connect() (*nats.Conn, *client.Client, error) {
 	opts = append(opts, nats.MaxReconnects(0), nats.Timeout(c.timeout))
 	nc, err := nats.Connect(c.conn.URLs, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", c.conn.URLs, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", client.RedactURLs(c.conn.URLs), err)
 	}
 	cl, err := client.NewClient(nc, client.WithPrefix(c.prefix), client.WithTimeout(c.timeout))
 	if err != nil {
