@@ -437,11 +437,15 @@ func (b *Buffer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // closing: what was fetched is dropped with the rest
 		}
+		var fetched *batch
+		if err == nil {
+			fetched = newBatch(scratch) // before the lock: takers that wait on it go on meanwhile
+		}
 		b.mu.Lock()
 		if err != nil {
 			b.err = err
 		} else {
-			b.add(newBatch(scratch))
+			b.add(fetched)
 			b.err = nil
 		}
 		b.broadcast()

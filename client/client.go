@@ -22,7 +22,7 @@ import (
 // errors.Is; no dispenser running gives nats.ErrNoResponders.
 type Client struct {
 	nc      *nats.Conn
-	prefix  string
+	subj    wire.Subjects // PROTOCOL.md's subjects under the dispensers' prefix
 	timeout time.Duration
 	enc     wire.Encoding
 	binary  nats.Header   // the header that asks for binary replies; read only, shared by requests
@@ -46,7 +46,7 @@ func WithPrefix(p string) ClientOption {
 		if err := wire.CheckPrefix(p); err != nil {
 			return err
 		}
-		c.prefix = p
+		c.subj = wire.Subjects{Prefix: p}
 		return nil
 	}
 }
@@ -93,7 +93,7 @@ func WithEncoding(e wire.Encoding) ClientOption {
 
 // NewClient returns a client on nc; nc stays the caller's to close.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	c := &Client{nc: nc, prefix: wire.DefaultPrefix, timeout: 5 * time.Second, enc: wire.Binary, hedge: DefaultHedge,
+	c := &Client{nc: nc, subj: wire.Subjects{Prefix: wire.DefaultPrefix}, timeout: 5 * time.Second, enc: wire.Binary, hedge: DefaultHedge,
 		binary: nats.Header{wire.EncodingHeader: []string{wire.Binary.String()}}}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -142,7 +142,7 @@ func (c *Client) ids(ctx context.Context, kind wire.Kind, tag string, n int, dst
 		return nil, fmt.Errorf("%w: count %d: want at least 1", wire.ErrBadRequest, n)
 	}
 	// No nats.NewMsg: its header map is an allocation even when it stays empty.
-	msg := &nats.Msg{Subject: c.prefix + "." + kind.String() + "." + tag}
+	msg := &nats.Msg{Subject: c.subj.IDs(kind, tag)}
 	enc := wire.Text
 	if n > 1 {
 		msg.Data = strconv.AppendInt(nil, int64(n), 10)
@@ -171,7 +171,7 @@ func (c *Client) ids(ctx context.Context, kind wire.Kind, tag string, n int, dst
 // Decode asks a dispenser to take a snowflake ID apart with its layout.
 func (c *Client) Decode(ctx context.Context, id int64) (wire.DecodedID, error) {
 	var d wire.DecodedID
-	msg := &nats.Msg{Subject: c.prefix + ".decode.snowflake"}
+	msg := &nats.Msg{Subject: c.subj.Decode()}
 	msg.Data = strconv.AppendInt(nil, id, 10)
 	err := c.callWith(ctx, c.requestHedged, msg, &d)
 	if err != nil {
@@ -202,7 +202,7 @@ func (c *Client) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.T
 }
 
 func (c *Client) callJSON(ctx context.Context, op string, body, out any) error {
-	msg := &nats.Msg{Subject: c.prefix + ".admin.tags." + op}
+	msg := &nats.Msg{Subject: c.subj.AdminTags(op)}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {

@@ -20,12 +20,12 @@ import (
 func TestHedgingAroundAHungDispenser(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	hung := ns.Connect(t)
-	if _, err := hung.QueueSubscribe("leaf.segment.*", "leaf", func(*nats.Msg) {}); err != nil {
+	if _, err := hung.QueueSubscribe(wire.Subjects{Prefix: wire.DefaultPrefix}.IDsWildcard(wire.Segment), "leaf", func(*nats.Msg) {}); err != nil {
 		t.Fatal(err)
 	}
 	alive := ns.Connect(t)
 	next := int64(0)
-	if _, err := alive.QueueSubscribe("leaf.segment.*", "leaf", func(m *nats.Msg) {
+	if _, err := alive.QueueSubscribe(wire.Subjects{Prefix: wire.DefaultPrefix}.IDsWildcard(wire.Segment), "leaf", func(m *nats.Msg) {
 		next++                                                          // one subscription's callbacks run one at a time
 		enc, _ := wire.ParseEncoding(m.Header.Get(wire.EncodingHeader)) // as PROTOCOL.md says
 		_ = m.Respond(wire.AppendIDs(nil, []int64{next}, enc))
@@ -104,7 +104,7 @@ func TestHedgingNeverRepeatsAdmin(t *testing.T) {
 func TestHedgingReturnsAHeldAnswer(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	slow := ns.Connect(t)
-	if _, err := slow.QueueSubscribe("leaf.segment.*", "leaf", func(m *nats.Msg) {
+	if _, err := slow.QueueSubscribe(wire.Subjects{Prefix: wire.DefaultPrefix}.IDsWildcard(wire.Segment), "leaf", func(m *nats.Msg) {
 		go func() {
 			time.Sleep(300 * time.Millisecond)
 			reply := nats.NewMsg(m.Reply)

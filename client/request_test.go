@@ -23,7 +23,7 @@ func TestRequestHeaders(t *testing.T) {
 	var mu sync.Mutex
 	var headers []nats.Header
 	next := int64(0)
-	if _, err := responder.Subscribe("leaf.segment.*", func(m *nats.Msg) {
+	if _, err := responder.Subscribe(wire.Subjects{Prefix: wire.DefaultPrefix}.IDsWildcard(wire.Segment), func(m *nats.Msg) {
 		mu.Lock()
 		headers = append(headers, m.Header)
 		mu.Unlock()
