@@ -144,23 +144,34 @@ func TestCursorClose(t *testing.T) {
 			t.Fatalf("a waiting Cursor.Next was not woken by Close within 5s")
 		}
 	})
-	t.Run("OK/HoldingARun", func(t *testing.T) {
-		b := mustNewBuffer(t, testOptions(10, 2, 0), countingFetch())
-		c := b.Cursor(4)
-		ctx := context.Background()
-		if id, err := c.Next(ctx); err != nil || id != 1 {
-			t.Fatalf("Cursor.Next = %d, %v, want 1", id, err)
-		}
-		b.Close()
-		for range 2 {
-			if id, err := c.Next(ctx); !errors.Is(err, ErrBufferClosed) {
-				t.Fatalf("Cursor.Next after Close = %d, %v, want ErrBufferClosed (IDs 2-4 dropped)", id, err)
+	// A claim of 4 holds the next IDs as one stretch (consecutive IDs: dropped by Next's
+	// own check) or as several (runs of one: dropped when Next moves to the next stretch).
+	for _, src := range []struct {
+		name  string
+		fetch func(context.Context, []int64) error
+		first int64 // the first ID; 0: any
+	}{
+		{"OK/HoldingARun", countingFetch(), 1},
+		{"OK/HoldingRunsOfOne", newSource(shapeRunsOfOne).fetch, 0},
+	} {
+		t.Run(src.name, func(t *testing.T) {
+			b := mustNewBuffer(t, testOptions(10, 2, 0), src.fetch)
+			c := b.Cursor(4)
+			ctx := context.Background()
+			if id, err := c.Next(ctx); err != nil || (src.first != 0 && id != src.first) {
+				t.Fatalf("Cursor.Next = %d, %v, want %d", id, err, src.first)
 			}
-		}
-		if n := cursorHeld(c); n > 0 {
-			t.Fatalf("the cursor keeps %d IDs after Close, want them dropped", n)
-		}
-	})
+			b.Close()
+			for range 2 {
+				if id, err := c.Next(ctx); !errors.Is(err, ErrBufferClosed) {
+					t.Fatalf("Cursor.Next after Close = %d, %v, want ErrBufferClosed (the rest of the claim dropped)", id, err)
+				}
+			}
+			if n := cursorHeld(c); n > 0 {
+				t.Fatalf("the cursor keeps %d IDs after Close, want them dropped", n)
+			}
+		})
+	}
 }
 
 // TestCursorContext: a cursor waiting on an empty buffer gives up when its context
