@@ -2,15 +2,14 @@ package client
 
 import (
 	"context"
-	"sync/atomic"
 )
 
 // Cursor hands out IDs from a run it claimed from a Buffer, so that goroutines taking
 // IDs at once do not share a counter. Get one per goroutine from Buffer.Cursor.
 //
 // A Cursor is owned by one goroutine: it is not safe for concurrent use (that is what
-// makes its Next touch no shared memory but the buffer's closed flag, which only
-// Close writes). Its guarantees and trade-offs, beside those of the Buffer:
+// makes its Next write no shared memory; it reads the buffer's closed flag, whose cache
+// line the fetcher writes once per batch). Its guarantees and trade-offs, beside those of the Buffer:
 //   - No duplicates: runs are claimed with the buffer's one counter, so two cursors, or
 //     a cursor and Buffer.Next, never get the same ID.
 //   - Order is per cursor: its IDs increase as the buffer's do (in fetch order), but
@@ -20,7 +19,6 @@ import (
 //     closed, are never handed out, as with the IDs a Buffer holds at Close. Each live
 //     cursor holds at most its run size beyond the buffer's Batches*Batch.
 type Cursor struct {
-	closed *atomic.Bool // the buffer's
 	// id is the next ID to hand out and left how many consecutive IDs from it are
 	// claimed and not handed out yet: Next is an increment while left > 0.
 	id, left int64
@@ -30,12 +28,12 @@ type Cursor struct {
 	pos, end int64
 	b        *Buffer
 	n        int64 // claim size, 1..Batch
-	// Next writes id and left for every ID: the padding makes a Cursor 128 bytes (64
+	// Next writes id and left for every ID: the padding makes a Cursor 128 bytes (56
 	// of fields), a size class whose objects sit alone on their two cache lines, so
 	// that cursors of goroutines on different cores allocated side by side do not
 	// share a line (false sharing would bounce it between the cores on every ID, as a
 	// shared counter does).
-	_ [128 - 64]byte
+	_ [128 - 56]byte
 }
 
 // Cursor returns a cursor that claims up to n IDs at a time from b: one atomic add (a
@@ -46,7 +44,7 @@ type Cursor struct {
 // The IDs a run claims count as taken from the buffer: a claim that takes it under
 // LowWater wakes its fetcher, as Next does.
 func (b *Buffer) Cursor(n int) *Cursor {
-	return &Cursor{closed: &b.closed, b: b, n: int64(min(max(n, 1), b.opts.Batch))}
+	return &Cursor{b: b, n: int64(min(max(n, 1), b.opts.Batch))}
 }
 
 // Next returns the cursor's next ID; with its run used up, it claims another from the
@@ -54,7 +52,7 @@ func (b *Buffer) Cursor(n int) *Cursor {
 // until ctx ends, and returns the last fetch's error, or ErrBufferClosed once the
 // buffer is closed (dropping what the run still held).
 func (c *Cursor) Next(ctx context.Context) (int64, error) {
-	if c.left > 0 && !c.closed.Load() {
+	if c.left > 0 && !c.b.closed.Load() {
 		c.left--
 		c.id++
 		return c.id - 1, nil
@@ -65,7 +63,7 @@ func (c *Cursor) Next(ctx context.Context) (int64, error) {
 // claim is Next with the current stretch of consecutive IDs used up or the buffer
 // closed: it moves to the claimed indexes' next run, or claims more.
 func (c *Cursor) claim(ctx context.Context) (int64, error) {
-	if c.closed.Load() {
+	if c.b.closed.Load() {
 		c.drop() // never handed out after Close
 	}
 	if c.pos >= c.end {
