@@ -76,7 +76,7 @@ func wakesAtLowWater(t *testing.T, batch, batches, low, settle, n int, takerOf f
 		fetches <- struct{}{}
 		return count(ctx, dst)
 	})
-	waitFor(t, func() bool { return b.Len() == settle }, "the buffer to settle")
+	testutil.Eventually(t, 5*time.Second, "the buffer to settle", func() bool { return b.Len() == settle })
 	drain(fetches)
 	next := takerOf(b)
 	ctx := context.Background()
@@ -116,7 +116,7 @@ func TestBusyTakerLeavesFetcherRoom(t *testing.T) {
 			const batch, batches, low, crossings = 1000, 4, 2000, 200
 			var w fetchWatch
 			b := mustNewBuffer(t, testOptions(batch, batches, low), w.fetch())
-			waitFor(t, func() bool { return b.Len() >= low }, "the first batches")
+			testutil.Eventually(t, 5*time.Second, "the first batches", func() bool { return b.Len() >= low })
 			w.watch(b)
 			next := b.Next
 			if tt.run > 0 {
@@ -180,7 +180,7 @@ func TestBufferConcurrentRefills(t *testing.T) {
 				s := newSource(src.shape)
 				b := mustNewBuffer(t, testOptions(tt.batch, tt.batches, tt.low), s.fetch)
 				const goroutines, each = 16, 20000
-				got := drainConcurrently(t, b, goroutines, each, tt.batch*tt.batches)
+				got, _ := drainWithCursors(t, b, nil, goroutines, each, tt.batch*tt.batches)
 				checkExactlyFetched(t, stopAndCollect(b, got), s.fetched())
 			})
 		}
@@ -240,43 +240,6 @@ func watchBound(b *Buffer, bound int, errs chan<- error) (stop func()) {
 		close(done)
 		checker.Wait()
 	}
-}
-
-// drainConcurrently takes each IDs from b on each of goroutines goroutines while
-// another checks that b never holds more than bound, and returns every goroutine's IDs.
-func drainConcurrently(t *testing.T, b *Buffer, goroutines, each, bound int) [][]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	got := make([][]int64, goroutines)
-	errs := make(chan error, goroutines+1)
-	stopChecker := watchBound(b, bound, errs)
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Go(func() {
-			ids := make([]int64, 0, each)
-			for range each {
-				id, err := b.Next(ctx)
-				if err != nil {
-					errs <- fmt.Errorf("goroutine %d: Next: %w", g, err)
-					return
-				}
-				if n := len(ids); n > 0 && id <= ids[n-1] {
-					errs <- fmt.Errorf("goroutine %d: %d after %d", g, id, ids[n-1])
-					return
-				}
-				ids = append(ids, id)
-			}
-			got[g] = ids
-		})
-	}
-	wg.Wait()
-	stopChecker()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	return got
 }
 
 // TestBufferCloseWhileTaking: Close while goroutines take IDs: each Next returns an ID
@@ -583,17 +546,6 @@ func reportRates(b *testing.B, cpu time.Duration) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "M-IDs/s")
 	if cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-	}
-}
-
-func waitFor(tb testing.TB, ok func() bool, what string) {
-	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("waited 5s for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 // TestCursorConcurrentRefills: goroutines with a cursor each (runs of several sizes,
@@ -208,7 +210,7 @@ func TestCursorFetchError(t *testing.T) {
 			t.Fatalf("Cursor.Next = %d, %v, want %d", id, err, want)
 		}
 	}
-	waitFor(t, func() bool { return calls.Load() >= 2 }, "a failed fetch")
+	testutil.Eventually(t, 5*time.Second, "a failed fetch", func() bool { return calls.Load() >= 2 })
 	if _, err := c.Next(ctx); !errors.Is(err, boom) {
 		t.Fatalf("Cursor.Next on an empty buffer after a failed fetch = %v, want %v", err, boom)
 	}
