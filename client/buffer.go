@@ -338,11 +338,12 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (*batch, int64, int64, e
 	}
 }
 
-// install makes c, fresh from a fetch, the batch Next takes from; b.mu is held.
+// install makes c, fresh from a fetch, the batch Next takes from; b.mu is held. It
+// moves IDs from the queue to the current batch, so the count stays: a batch installed
+// under the mark (low < 0, no index of it wakes the fetcher) finds the fetcher already
+// woken by the take that went under, or still fetching.
 func (b *Buffer) install(c *batch) {
-	if b.setLow(c) <= 0 {
-		b.poke() // under the mark already: no index of c will wake the fetcher
-	}
+	b.setLow(c)
 	b.cur.Store(c)
 }
 
@@ -351,12 +352,10 @@ func (b *Buffer) install(c *batch) {
 // the Next that takes exactly that index wakes the fetcher, and that is enough: the
 // fetcher goes idle only when the buffer holds at least LowWater IDs (next <= low), with
 // b.mu held; low changes only under b.mu (a fetch added, or a batch installed, which
-// wakes the fetcher itself when it starts under the mark); and a Next reads low after
-// its add, so it sees any change made before the fetcher last looked. b.mu is held.
-func (b *Buffer) setLow(c *batch) int64 {
-	low := c.size - int64(b.opts.LowWater-b.queued)
-	c.low.Store(low)
-	return low
+// leaves the count as it was); and a Next reads low after its add, so it sees any change
+// made before the fetcher last looked. b.mu is held.
+func (b *Buffer) setLow(c *batch) {
+	c.low.Store(c.size - int64(b.opts.LowWater-b.queued))
 }
 
 // count is how many IDs the buffer holds; b.mu is held.
