@@ -71,7 +71,16 @@ func (m *Manager) forwardAsync(ts *tagState, dst []int64, done func(error)) {
 
 // leaderKnown reports whether h names another dispenser to forward to.
 func (m *Manager) leaderKnown(h *holder) bool {
-	return !h.free() && h.rec.Subject != "" && h.rec.Instance != m.instance
+	return !h.free() && h.rec.Instance != m.instance && m.forwardable(h.rec.Subject)
+}
+
+// forwardable reports whether a lease record's subject may receive forwarded requests:
+// an inbox, by the reply rule (wire.Subjects.ReplyAllowed). A leader always records one
+// (nats.Conn.NewInbox); a record naming a KV key, a pool subject or a dispenser subject
+// (a bucket written by hand, or by anything but a leader) is no leader to forward to,
+// since followers publish there with this dispenser's rights.
+func (m *Manager) forwardable(subject string) bool {
+	return subject != "" && m.subjects.ReplyAllowed(subject)
 }
 
 func noLeader(tag string) error {

@@ -163,3 +163,30 @@ func TestMarkSetLookup(t *testing.T) {
 }
 
 func duration(n int64) time.Duration { return time.Duration(n) }
+
+// TestForwardOnlyToInboxes: a lease record is a leader to forward to only when its
+// subject is an inbox; one naming a KV key, a pool subject or a dispenser subject (a
+// bucket written by hand) is not, since followers would publish there with their rights.
+func TestForwardOnlyToInboxes(t *testing.T) {
+	m := &Manager{subjects: wire.Subjects{Prefix: "leaf"}, instance: "me"}
+	for _, tt := range []struct {
+		subject string
+		want    bool
+	}{
+		{"_INBOX.abc.def", true},
+		{"_INBOX_client-a.x", true},
+		{"", false},
+		{"$KV.leaf_tagopts.orders", false},
+		{"$JS.API.STREAM.DELETE.KV_leaf_segments", false},
+		{"leaf.pool.segment.orders", false},
+		{"leaf.segment.orders", false},
+	} {
+		h := &holder{rec: leaseRecord{Node: "other", Instance: "them", Subject: tt.subject}}
+		if got := m.leaderKnown(h); got != tt.want {
+			t.Errorf("leaderKnown(record subject %q) = %v, want %v", tt.subject, got, tt.want)
+		}
+	}
+	if m.leaderKnown(&holder{rec: leaseRecord{Instance: "me", Subject: "_INBOX.x"}}) {
+		t.Error("this dispenser's own record is a leader to forward to")
+	}
+}
