@@ -27,10 +27,12 @@ import (
 const echoReadyWait = 30 * time.Second
 
 // A `bench echo` started by bench takes the secrets from its environment rather than
-// its command line, which every user of the machine can read.
+// its command line, which every user of the machine can read: the password, the token,
+// and the server URLs, which may carry either (nats://user:password@host).
 const (
 	envEchoPassword = "LEAFBUS_BENCH_PASSWORD"
 	envEchoToken    = "LEAFBUS_BENCH_TOKEN"
+	envEchoNATS     = "LEAFBUS_BENCH_NATS"
 )
 
 // echoConfig is `bench echo`: the load's shape (Conn, Prefix, Kind, Tags, Batch,
@@ -85,6 +87,9 @@ func parseEchoFlags(args []string, output io.Writer) (echoConfig, error) {
 	}
 	if err := shape.apply(&ec.Config); err != nil {
 		return ec, err
+	}
+	if v := os.Getenv(envEchoNATS); v != "" && !flagSet(fs, "nats") {
+		ec.Conn.URLs = v
 	}
 	if ec.Conn.Password == "" {
 		ec.Conn.Password = os.Getenv(envEchoPassword)
@@ -165,10 +170,10 @@ func startSampledEcho(ec echoConfig, logger *slog.Logger) (*echoServer, error) {
 }
 
 // echoChildArgs is the command line of a `bench echo` serving cfg's load on subject;
-// the password and token go in the environment (echoChildEnv).
+// the server URLs, password and token go in the environment (echoChildEnv).
 func echoChildArgs(cfg Config, subject string, responders int) []string {
 	args := []string{"echo", "--until-stdin-eof", "--subject", subject,
-		"--responders", strconv.Itoa(responders), "--nats", cfg.Conn.URLs,
+		"--responders", strconv.Itoa(responders),
 		"--prefix", cfg.Prefix, "--kind", cfg.Kind.String(), "--tags", strings.Join(cfg.Tags, ","),
 		"--batch", strconv.Itoa(cfg.Batch), "--encoding", cfg.Encoding.String(), "--timeout", cfg.Timeout.String()}
 	for _, f := range []struct{ name, value string }{
@@ -183,7 +188,7 @@ func echoChildArgs(cfg Config, subject string, responders int) []string {
 }
 
 func echoChildEnv(cfg Config) []string {
-	env := os.Environ()
+	env := append(os.Environ(), envEchoNATS+"="+cfg.Conn.URLs)
 	if cfg.Conn.Password != "" {
 		env = append(env, envEchoPassword+"="+cfg.Conn.Password)
 	}
@@ -273,4 +278,11 @@ func (p *echoProcess) stop() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.exited
+}
+
+// flagSet reports whether the command line gave flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

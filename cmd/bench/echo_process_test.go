@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,17 +112,41 @@ func TestParseEchoFlags(t *testing.T) {
 	}
 }
 
-// TestEchoChildKeepsSecretsOffTheCommandLine: the password and token reach the child
-// through its environment only.
+// TestEchoChildKeepsSecretsOffTheCommandLine: the password, the token and the server
+// URLs (which may carry either) reach the child through its environment only, and the
+// child reads them back from there.
 func TestEchoChildKeepsSecretsOffTheCommandLine(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Conn.User, cfg.Conn.Password = "u", "hunter2"
-	args := strings.Join(echoChildArgs(cfg, "_bench.echo.x", 1), " ")
-	if strings.Contains(args, "hunter2") || !strings.Contains(args, "--user u") {
-		t.Fatalf("child args %q: want --user and no password", args)
+	cfg.Conn.URLs = "nats://u:url-pw@127.0.0.1:4222,nats://url-token@127.0.0.1:4223"
+	args := echoChildArgs(cfg, "_bench.echo.x", 1)
+	joined := strings.Join(args, " ")
+	for _, secret := range []string{"hunter2", "url-pw", "url-token"} {
+		if strings.Contains(joined, secret) {
+			t.Fatalf("child args %q carry %q", joined, secret)
+		}
 	}
-	env := strings.Join(echoChildEnv(cfg), "\n")
-	if !strings.Contains(env, envEchoPassword+"=hunter2") {
-		t.Fatalf("child env lacks %s", envEchoPassword)
+	if !strings.Contains(joined, "--user u") {
+		t.Fatalf("child args %q: want --user", joined)
+	}
+	env := echoChildEnv(cfg)
+	for _, kv := range []string{envEchoPassword + "=hunter2", envEchoNATS + "=" + cfg.Conn.URLs} {
+		if !slices.Contains(env, kv) {
+			t.Fatalf("child env lacks %s", kv)
+		}
+	}
+	tok := cfg
+	tok.Conn.User, tok.Conn.Password, tok.Conn.Token = "", "", "tok-secret"
+	if a := strings.Join(echoChildArgs(tok, "_bench.echo.x", 1), " "); strings.Contains(a, "tok-secret") {
+		t.Fatalf("child args %q carry the token", a)
+	}
+	if !slices.Contains(echoChildEnv(tok), envEchoToken+"=tok-secret") {
+		t.Fatalf("child env lacks %s", envEchoToken)
+	}
+	t.Setenv(envEchoNATS, cfg.Conn.URLs)
+	t.Setenv(envEchoPassword, "hunter2")
+	ec, err := parseEchoFlags(args[1:], io.Discard)
+	if err != nil || ec.Conn.URLs != cfg.Conn.URLs || ec.Conn.Password != "hunter2" {
+		t.Fatalf("the child parses %v into URLs %q password %q, %v; want the parent's", args[1:], ec.Conn.URLs, ec.Conn.Password, err)
 	}
 }
