@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,16 @@ func TestRunEchoProcessBaseline(t *testing.T) {
 	}
 	if rep.Baseline.Where != "in-process" || rep.BaselineProcess.Where != "own process" {
 		t.Errorf("where = %q, %q; want in-process, own process", rep.Baseline.Where, rep.BaselineProcess.Where)
+	}
+	// Where is what was asked for; the CPU of a process watched is what ran: only the
+	// echo-process phase had a `bench echo` child to watch.
+	if runtime.GOOS == "linux" {
+		if _, ok := rep.BaselineProcess.Echo.CPU[cpuEcho]; !ok {
+			t.Errorf("the echo-process phase watched no echo process: CPU %v", rep.BaselineProcess.Echo.CPU)
+		}
+		if _, ok := rep.Baseline.Echo.CPU[cpuEcho]; ok {
+			t.Errorf("the in-process phase watched an echo process: CPU %v", rep.Baseline.Echo.CPU)
+		}
 	}
 	var text bytes.Buffer
 	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "dispenser/echo-process") {
