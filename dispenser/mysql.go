@@ -26,10 +26,9 @@ func (c Config) usesMySQL() bool {
 
 // checkMySQL, with a MySQL store or registry, checks --mysql-dsn before anything else
 // connects to it: that it parses, names a database, and reaches a server that answers
-// within mysqlReachTimeout and lets this user in. The store opens with timeouts of its
-// own; the worker registry (workerid.OpenMySQLRegistry) sets none, so without this a
-// server that never answers held the start for as long as the TCP connect or the
-// handshake took. A DSN that does not parse, and a server that refuses the user or the
+// within mysqlReachTimeout and lets this user in, so that a bad DSN or a server that
+// refuses is one clear error at start rather than a store's or a registry's retries
+// (both open with driver timeouts of their own, mysqldsn.DefaultTimeouts). A DSN that does not parse, and a server that refuses the user or the
 // database, fail the start at once (a wait mends neither); a server out of reach is a
 // dependency that may still be starting, waited for up to --start-timeout like the
 // store and the registry (startwait.go), each attempt logged. Messages never show the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/leafbus/leafbus/internal/mysqldsn"
 )
 
 // MySQLSchema is Leaf's leaf_alloc table exactly as PROTOCOL.md gives it ("Segment store
@@ -183,17 +184,7 @@ func mysqlDriverConfig(cfg MySQLConfig) (*mysql.Config, time.Duration, error) {
 	}
 	dc.Params["time_zone"] = "'+00:00'"
 	dc.InterpolateParams = false
-	if dc.Timeout == 0 {
-		dc.Timeout = timeout
-	}
-	// The I/O timeouts back up the per-call context (which the driver also honours):
-	// they end a read stuck on a peer that vanished without closing the connection.
-	if dc.ReadTimeout == 0 {
-		dc.ReadTimeout = 2 * timeout
-	}
-	if dc.WriteTimeout == 0 {
-		dc.WriteTimeout = 2 * timeout
-	}
+	mysqldsn.DefaultTimeouts(dc, timeout, 2*timeout)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

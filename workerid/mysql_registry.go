@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/leafbus/leafbus/internal/mysqldsn"
 )
 
 // MySQLRegistrySchema creates the improved Leaf fork's worker-ID table (its
@@ -163,7 +164,7 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 		return nil, errBadDSN("MySQL registry")
 	}
 	dc.Logger = mysqlDriverLogger{cfg.Logger}
-	withDriverTimeouts(dc)
+	mysqldsn.DefaultTimeouts(dc, mysqlRegistryDialTimeout, mysqlRegistryIOTimeout)
 	conn, err := mysql.NewConnector(dc)
 	if err != nil {
 		return nil, errBadDSN("MySQL registry")
@@ -176,20 +177,6 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 		return nil, err
 	}
 	return r, nil
-}
-
-// withDriverTimeouts gives dc the registry's dial, read and write timeouts where the
-// DSN sets none (timeout=, readTimeout=, writeTimeout= in the DSN win).
-func withDriverTimeouts(dc *mysql.Config) {
-	if dc.Timeout == 0 {
-		dc.Timeout = mysqlRegistryDialTimeout
-	}
-	if dc.ReadTimeout == 0 {
-		dc.ReadTimeout = mysqlRegistryIOTimeout
-	}
-	if dc.WriteTimeout == 0 {
-		dc.WriteTimeout = mysqlRegistryIOTimeout
-	}
 }
 
 // errBadDSN is the error for a DSN the driver cannot parse. It never wraps the driver's
