@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leafbus/leafbus/monotonic"
 	"github.com/nats-io/nats.go"
 )
 
@@ -15,16 +16,7 @@ type health struct {
 	workerID int64
 	serving  bool   // issuing snowflake IDs, every dependency connected
 	why      string // what is not right when not serving
-	mono     monoTagStats
-}
-
-// monoTagStats is monoTag as one dispenser sees it (monotonic.TagStats).
-type monoTagStats struct {
-	Tag    string `json:"tag"`
-	Role   string `json:"role"` // leader, starting, follower or none
-	Leader string `json:"leader"`
-	Terms  uint64 `json:"terms"`
-	Served uint64 `json:"served"`
+	mono     monotonic.TagStats
 }
 
 // statsReply is the part of a dispenser's $SRV.STATS answer the probe reads.
@@ -40,7 +32,7 @@ type statsReply struct {
 					SuspendReason string `json:"suspend_reason"`
 				} `json:"clock"`
 				Monotonic struct {
-					Tags []monoTagStats `json:"tags"`
+					Tags []monotonic.TagStats `json:"tags"`
 				} `json:"monotonic"` // the segment endpoint's
 				Recovery struct {
 					InFault bool   `json:"in_fault"`
