@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/nats-io/nats.go"
 )
 
@@ -100,61 +101,26 @@ func (r *recorder) check(t testing.TB) (replies int) {
 }
 
 // verify counts the IDs handed out twice and the replies not above every reply received
-// before they were sent, with a few examples.
+// before they were sent (testutil's checks, which the chaos suite shares), with a few
+// examples.
 func (r *recorder) verify() (dups, broken int, examples []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ids := slices.Clone(r.ids)
-	slices.Sort(ids)
-	for i := 1; i < len(ids); i++ {
-		if ids[i] == ids[i-1] {
-			if dups++; dups <= 5 {
-				examples = append(examples, fmt.Sprintf("ID %d handed out twice", ids[i]))
-			}
-		}
+	twice := testutil.Duplicates(r.ids)
+	for _, id := range twice[:min(len(twice), 5)] {
+		examples = append(examples, fmt.Sprintf("ID %d handed out twice", id))
 	}
-	// byRecv with a running maximum: for each reply, the highest ID of any reply
-	// received before it was sent.
-	byRecv := slices.Clone(r.replies)
-	slices.SortFunc(byRecv, func(a, b reply) int { return compare(a.recv, b.recv) })
-	runMax := make([]int64, len(byRecv))
-	for i, rep := range byRecv {
-		runMax[i] = rep.last
-		if i > 0 {
-			runMax[i] = max(runMax[i], runMax[i-1])
-		}
+	checked := make([]testutil.Reply, len(r.replies))
+	for i, rep := range r.replies {
+		checked[i] = testutil.Reply{First: rep.first, Last: rep.last, Sent: rep.sent, Recv: rep.recv}
 	}
-	for _, rep := range r.replies {
-		i, _ := slices.BinarySearchFunc(byRecv, rep.sent, func(a reply, sent time.Duration) int { return compare(a.recv, sent) })
-		// byRecv[:i] were received before rep was sent.
-		if i > 0 && rep.first <= runMax[i-1] {
-			if broken++; broken <= 5 {
-				prev := earliestAbove(byRecv[:i], rep.first)
-				examples = append(examples, fmt.Sprintf("reply [%d..%d] (client %d, sent %v, received %v) is not above [%d..%d] (client %d, received %v)",
-					rep.first, rep.last, rep.client, rep.sent, rep.recv, prev.first, prev.last, prev.client, prev.recv))
-			}
-		}
+	bad := testutil.BrokenPromises(checked)
+	for _, b := range bad[:min(len(bad), 5)] {
+		rep := r.replies[b.Reply]
+		examples = append(examples, fmt.Sprintf("reply [%d..%d] (client %d, sent %v, received %v) is not above ID %d, received before it was sent",
+			rep.first, rep.last, rep.client, rep.sent, rep.recv, b.Above))
 	}
-	return dups, broken, examples
-}
-
-func earliestAbove(replies []reply, id int64) reply {
-	for _, rep := range replies {
-		if rep.last >= id {
-			return rep
-		}
-	}
-	return reply{}
-}
-
-func compare(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return len(twice), len(bad), examples
 }
 
 // summary says how many replies and errors there were, for the test log.

@@ -181,3 +181,22 @@ func TestCheckErr(t *testing.T) {
 		})
 	}
 }
+
+// TestBrokenPromises: a reply is judged against the replies received before it was
+// sent, and only those: one sent before an earlier-received reply arrived may be below it.
+func TestBrokenPromises(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	replies := []testutil.Reply{
+		{First: 10, Last: 12, Sent: ms(0), Recv: ms(5)},
+		{First: 1, Last: 3, Sent: ms(1), Recv: ms(6)},    // sent before [10..12] arrived: fine
+		{First: 13, Last: 13, Sent: ms(7), Recv: ms(8)},  // above everything received by 7
+		{First: 11, Last: 11, Sent: ms(9), Recv: ms(10)}, // below 13, received at 8: broken
+	}
+	got := testutil.BrokenPromises(replies)
+	if len(got) != 1 || got[0] != (testutil.Broken{Reply: 3, Above: 13}) {
+		t.Fatalf("BrokenPromises = %+v, want reply 3 below 13", got)
+	}
+	if d := testutil.Duplicates([]int64{5, 1, 5, 2, 5}); len(d) != 2 || d[0] != 5 || d[1] != 5 {
+		t.Fatalf("Duplicates = %v, want [5 5]", d)
+	}
+}
