@@ -66,13 +66,14 @@ func TestLeaderKilled(t *testing.T) {
 func TestLeaderPaused(t *testing.T) {
 	e := newEnv(t)
 	var oldTerm *term
+	var served uint64 // the old term's requests when the held bytes were let through
 	rec, at, _, leader := faultRun(t, e, func(_ []*node, leader *node) {
 		oldTerm = leader.term("ordered")
 		leader.proxy.Pause()
 		time.Sleep(3 * e.ttl / 2)
-		leader.proxy.Resume()
+		served = oldTerm.served.Load()
+		leader.proxy.Resume() // the requests it held arrive now, its lease long gone
 	}, 2*e.ttl)
-	served := oldTerm.served.Load()
 	if oldTerm.serving(leader.mgr.now()) || leader.term("ordered") == oldTerm {
 		t.Fatal("the paused leader still serves from its old term")
 	}
@@ -81,9 +82,8 @@ func TestLeaderPaused(t *testing.T) {
 	} else {
 		t.Fatalf("no answer after the pause: %s", rec.summary())
 	}
-	time.Sleep(100 * time.Millisecond)
-	if oldTerm.served.Load() != served {
-		t.Fatal("the old term served after it ended")
+	if got := oldTerm.served.Load(); got != served {
+		t.Fatalf("the old term served %d requests after the pause, its lease gone", got-served)
 	}
 }
 
@@ -214,7 +214,15 @@ func TestRenewalsBlocked(t *testing.T) {
 	old := leader.term("ordered")
 	at := rec.since()
 	kvs[leader.name].blocked.Store(true)
-	time.Sleep(2 * e.ttl)
+	// Its last renewal that succeeded was sent at most a renew interval ago: by TTL/2
+	// after that the term stops serving, and serves nothing from then on.
+	stops := e.ttl/2 + e.renew
+	time.Sleep(stops)
+	servedAtStop := old.served.Load()
+	time.Sleep(2*e.ttl - stops)
+	if got := old.served.Load(); got != servedAtStop {
+		t.Errorf("the term whose renewals failed served %d requests more than TTL/2 after its last renewal", got-servedAtStop)
+	}
 	kvs[leader.name].blocked.Store(false)
 	time.Sleep(e.ttl)
 	cancel()
