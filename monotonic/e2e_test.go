@@ -3,11 +3,13 @@ package monotonic
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
@@ -116,9 +118,13 @@ func TestMarkLifecycle(t *testing.T) {
 		}
 		highest = max(highest, ids[0])
 	}
-	// The released record expires meanwhile, which no watch reports: the views still
-	// show it, and the dispensers must find out that it is gone.
-	time.Sleep(e.ttl + 500*time.Millisecond)
+	// The released record expires meanwhile (the bucket keeps records for recordTTL),
+	// which no watch reports: the views still show it, and the dispensers must find out
+	// that it is gone.
+	testutil.Eventually(t, recordTTL(e.ttl)+10*time.Second, "the released lease record to expire", func() bool {
+		_, err := leader.mgr.leaders.Get(context.Background(), "ordered")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 	on := true
 	if _, err := admin(t, clients[0], e.prefix, "update", wire.UpdateTagRequest{Tag: "ordered", Monotonic: &on}); err != nil {
 		t.Fatal(err)
