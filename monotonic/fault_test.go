@@ -238,3 +238,45 @@ func TestRenewalsBlocked(t *testing.T) {
 	}
 	t.Logf("answers again %v after the renewals began to fail (lease TTL %v)", answered-at, e.ttl)
 }
+
+// TestLeasesBucketLost: the leases bucket is deleted under running dispensers (an
+// operator, or a JetStream that lost its store). The renewals fail, so the leader stops
+// serving; the watch finds the bucket gone and creates it again, and a leader serves
+// the tag again, in order, without a restart.
+func TestLeasesBucketLost(t *testing.T) {
+	e := newEnv(t)
+	nodes, leader, clients := start3(e, false, 50)
+	subject := wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "ordered")
+	before, _, err := request(clients[0], subject, 1, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(clients[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(context.Background(), leader.mgr.leadersCfg.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*e.ttl, "the leases bucket created again", func() bool {
+		_, err := js.KeyValue(context.Background(), leader.mgr.leadersCfg.Bucket)
+		return err == nil
+	})
+	// The old term ends TTL/2 after its last renewal; a leader serving after a TTL has
+	// taken its lease in the new bucket.
+	time.Sleep(e.ttl)
+	var after []int64
+	testutil.Eventually(t, 10*e.ttl, "the tag served again after its leases bucket was lost", func() bool {
+		after, _, err = request(clients[1], subject, 1, time.Second)
+		return err == nil
+	})
+	if after[0] <= before[0] {
+		t.Fatalf("first ID after the bucket came back = %d, not above %d", after[0], before[0])
+	}
+	leaderOf(t, "ordered", 3*e.ttl, nodes...)
+	if st, err := js.KeyValue(context.Background(), leader.mgr.leadersCfg.Bucket); err != nil {
+		t.Fatal(err)
+	} else if _, err := st.Get(context.Background(), "ordered"); err != nil {
+		t.Fatalf("no lease record in the new bucket: %v", err)
+	}
+}

@@ -27,6 +27,9 @@ type Manager struct {
 	nc       *nats.Conn
 	opts     jetstream.KeyValue // <prefix>_tagopts
 	leaders  jetstream.KeyValue // <prefix>_leaders
+	// optsCfg and leadersCfg create the buckets, at New and again should one be lost
+	// (deleted, or a JetStream that lost its store): see watch.
+	optsCfg, leadersCfg jetstream.KeyValueConfig
 	subjects wire.Subjects
 	instance string
 	clock    func() time.Time
@@ -97,23 +100,23 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.base = m.clock()
 	m.marks.Store(&markSet{})
 	m.states.Store(&map[string]*tagState{})
-	var err error
-	m.opts, err = openBucket(ctx, cfg.JetStream, jetstream.KeyValueConfig{
+	m.optsCfg = jetstream.KeyValueConfig{
 		Bucket:      m.subjects.Bucket("tagopts"),
 		Description: "leafbus: segment tag options leaf_alloc has no column for (monotonic), by tag",
 		History:     5,
 		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
-		return nil, err
 	}
-	m.leaders, err = openBucket(ctx, cfg.JetStream, jetstream.KeyValueConfig{
+	m.leadersCfg = jetstream.KeyValueConfig{
 		Bucket:      m.subjects.Bucket("leaders"),
 		Description: "leafbus: leases of the leaders of monotonic tags, by tag; records live twice the lease TTL",
 		TTL:         recordTTL(cfg.LeaseTTL),
 		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
+	}
+	var err error
+	if m.opts, err = openBucket(ctx, cfg.JetStream, m.optsCfg); err != nil {
+		return nil, err
+	}
+	if m.leaders, err = openBucket(ctx, cfg.JetStream, m.leadersCfg); err != nil {
 		return nil, err
 	}
 	st, err := m.leaders.Status(ctx)

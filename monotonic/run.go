@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/internal/backoff"
@@ -34,8 +35,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	// candidate acts on a view that misses a live lease.
 	var synced sync.WaitGroup
 	synced.Add(2)
-	m.spawn(func(ctx context.Context) { m.watch(ctx, m.leaders, m.applyLease, synced.Done) })
-	m.spawn(func(ctx context.Context) { m.watch(ctx, m.opts, m.applyMark, synced.Done) })
+	m.spawn(func(ctx context.Context) { m.watch(ctx, m.leaders, m.leadersCfg, m.applyLease, synced.Done) })
+	m.spawn(func(ctx context.Context) { m.watch(ctx, m.opts, m.optsCfg, m.applyMark, synced.Done) })
 	syncedCh := make(chan struct{})
 	m.spawn(func(ctx context.Context) {
 		synced.Wait() // both watches call Done once, or at their end
@@ -71,12 +72,27 @@ func (m *Manager) stop(cancel context.CancelFunc) {
 // watch follows every key of kv, calling apply for each entry and synced once, when the
 // entries the bucket held at the start were delivered (or when the watch ends first). A
 // watch that ends (its connection closed, a server gone) starts again.
-func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced func()) {
+func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, cfg jetstream.KeyValueConfig, apply func(jetstream.KeyValueEntry), synced func()) {
 	var once sync.Once
 	defer once.Do(synced)
 	bo := backoff.New(watchPolicy)
 	for ctx.Err() == nil {
 		w, err := kv.WatchAll(ctx)
+		if bucketGone(err) {
+			// The bucket is gone (deleted, or a JetStream that lost its store): every
+			// write and watch would fail until a restart. Create it again, empty; the
+			// handles work again once it exists, and the leases are taken anew.
+			lost := "the leases are taken anew"
+			if cfg.Bucket == m.optsCfg.Bucket {
+				lost = "the monotonic marks it held are lost for the next start: set them again (dispenser tag update --tag T --monotonic)"
+			}
+			m.log.Warn("monotonic: KV bucket gone; creating it again, empty: "+lost, "bucket", cfg.Bucket, "err", err)
+			if _, err := openBucket(ctx, m.cfg.JetStream, cfg); err != nil {
+				m.log.Warn("monotonic: KV bucket not created again, retrying", "bucket", cfg.Bucket, "err", err)
+			}
+			bo.Wait(ctx)
+			continue
+		}
 		if err != nil {
 			if bo.Failures() == 0 {
 				m.log.Warn("monotonic: cannot watch a bucket, retrying", "bucket", kv.Bucket(), "err", err)
@@ -85,13 +101,51 @@ func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, apply func(j
 			continue
 		}
 		bo.Reset()
-		m.follow(ctx, w, apply, func() { once.Do(synced) })
+		// A watch does not end when its bucket is deleted: it just goes quiet. A check
+		// beside it ends it then, and WatchAll above finds the bucket gone.
+		wctx, endWatch := context.WithCancel(ctx)
+		checked := make(chan struct{})
+		go func() {
+			defer close(checked)
+			m.untilBucketGone(wctx, kv)
+			endWatch()
+		}()
+		m.follow(wctx, w, apply, func() { once.Do(synced) })
+		endWatch()
+		<-checked
 		_ = w.Stop()
 		if ctx.Err() == nil {
 			m.log.Warn("monotonic: bucket watch ended, watching again", "bucket", kv.Bucket())
 			bo.Wait(ctx)
 		}
 	}
+}
+
+// untilBucketGone returns once kv's bucket is gone (it reads the bucket's status every
+// renew interval), or ctx ends.
+func (m *Manager) untilBucketGone(ctx context.Context, kv jetstream.KeyValue) {
+	tick := time.NewTicker(m.cfg.RenewInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := kv.Status(ctx); bucketGone(err) {
+			return
+		}
+	}
+}
+
+// bucketGone reports whether err says a KV bucket's stream does not exist. nats.go
+// says so three ways: its jetstream sentinels, the API's "stream not found" as a status
+// call returns it, and (from a watch, through its older API) nats.ErrStreamNotFound.
+func bucketGone(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, nats.ErrStreamNotFound) ||
+		(errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamNotFound)
 }
 
 // follow applies w's entries until it ends or ctx does.
