@@ -82,9 +82,10 @@
 //
 // The promise starts once every dispenser has seen a tag's mark: their watches see it
 // within milliseconds, and a dispenser that sees a tag marked while it runs serves it
-// as a leader no earlier than half a TTL later, which covers a watch that lags. A tag
-// whose name differs only in case from a marked one is refused (400), since MySQL may
-// keep both as one row. Pools never serve a monotonic tag (OrdinaryOnly), and the
+// as a leader no earlier than half a TTL later, which covers a watch that lags. With a
+// MySQL store (Config.FoldCase), a tag whose name differs only in case from a marked one
+// is refused (400), since MySQL keeps both as one row; the KV store keeps them apart,
+// and there both are served. Pools never serve a monotonic tag (OrdinaryOnly), and the
 // JetStream pool stream purges the batches it stored for a tag before it was marked
 // (pools.StreamConfig.Excluded is IsMonotonic).
 package monotonic

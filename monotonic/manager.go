@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.clock = time.Now
 	}
 	m.base = m.clock()
-	m.marks.Store(&markSet{})
+	m.marks.Store(&markSet{fold: cfg.FoldCase})
 	m.states.Store(&map[string]*tagState{})
 	m.optsCfg = jetstream.KeyValueConfig{
 		Bucket:      m.subjects.Bucket("tagopts"),

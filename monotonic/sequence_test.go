@@ -140,7 +140,12 @@ func TestParseCounts(t *testing.T) {
 }
 
 func TestMarkSetLookup(t *testing.T) {
-	s := (&markSet{}).with("Orders", true).with("users", true).with("users", false)
+	// A store that tells cases apart (KV): "orders" is another tag, served as ordinary.
+	kv := (&markSet{}).with("Orders", true)
+	if got, err := kv.lookup("orders"); got || err != nil {
+		t.Errorf("lookup(orders) beside monotonic Orders on a case-sensitive store = %v, %v; want an ordinary tag", got, err)
+	}
+	s := (&markSet{fold: true}).with("Orders", true).with("users", true).with("users", false)
 	for _, tt := range []struct {
 		tag     string
 		want    bool

@@ -20,11 +20,13 @@ type tagOptions struct {
 }
 
 // markSet is the tags marked monotonic as this dispenser last saw them, by exact name
-// and by lower-case name (MySQL's biz_tag compares without case, so "Orders" and
-// "orders" may be one row, one range of IDs). Never changed once published.
+// and, on a store that compares tags without case (MySQL's biz_tag: "Orders" and
+// "orders" are one row, one range of IDs), by lower-case name. Never changed once
+// published.
 type markSet struct {
+	fold   bool // the store compares tag names without case (Config.FoldCase)
 	exact  map[string]bool
-	folded map[string]string // lower case -> the marked name
+	folded map[string]string // lower case -> the marked name; empty unless fold
 }
 
 // lookup says whether tag is marked. A tag that is not marked but differs only in case
@@ -53,18 +55,23 @@ func (s *markSet) lookup(tag string) (bool, error) {
 }
 
 func (s *markSet) with(tag string, on bool) *markSet {
-	next := &markSet{exact: make(map[string]bool, len(s.exact)+1), folded: make(map[string]string, len(s.folded)+1)}
+	next := &markSet{fold: s.fold, exact: make(map[string]bool, len(s.exact)+1), folded: make(map[string]string, len(s.folded)+1)}
 	for t := range s.exact {
 		if t != tag {
-			next.exact[t] = true
-			next.folded[strings.ToLower(t)] = t
+			next.add(t)
 		}
 	}
 	if on {
-		next.exact[tag] = true
-		next.folded[strings.ToLower(tag)] = tag
+		next.add(tag)
 	}
 	return next
+}
+
+func (s *markSet) add(tag string) {
+	s.exact[tag] = true
+	if s.fold {
+		s.folded[strings.ToLower(tag)] = tag
+	}
 }
 
 // decodeOptions reads a <prefix>_tagopts value. A value it cannot read counts as
