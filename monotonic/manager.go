@@ -22,18 +22,18 @@ import (
 // sequence each, and forwards the requests of the others to their leaders. Create it
 // with New; it serves once Run has loaded the marks and leases (Ready).
 type Manager struct {
-	cfg      Config
-	log      *slog.Logger
-	nc       *nats.Conn
-	opts     jetstream.KeyValue // <prefix>_tagopts
-	leaders  jetstream.KeyValue // <prefix>_leaders
+	cfg     Config
+	log     *slog.Logger
+	nc      *nats.Conn
+	opts    jetstream.KeyValue // <prefix>_tagopts
+	leaders jetstream.KeyValue // <prefix>_leaders
 	// optsCfg and leadersCfg create the buckets, at New and again should one be lost
 	// (deleted, or a JetStream that lost its store): see watch.
 	optsCfg, leadersCfg jetstream.KeyValueConfig
-	subjects wire.Subjects
-	instance string
-	clock    func() time.Time
-	base     time.Time
+	subjects            wire.Subjects
+	instance            string
+	clock               func() time.Time
+	base                time.Time
 
 	marks   atomic.Pointer[markSet]
 	states  atomic.Pointer[map[string]*tagState] // copy of tags, for the request path
