@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
@@ -17,7 +18,7 @@ import (
 // nats.go allocates to deliver the request (the message, its subject and reply strings,
 // a header map) is before it and the same for any responder.
 func TestReplyAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if testutil.RaceEnabled {
 		t.Skip("the race detector allocates")
 	}
 	ns := testenv.StartNATS(t)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -20,7 +21,7 @@ import (
 // the server's no-responders replies, would allocate on other goroutines meanwhile, and
 // AllocsPerRun counts the whole process's allocations.
 func TestPublishAllocations(t *testing.T) {
-	if raceEnabled {
+	if testutil.RaceEnabled {
 		t.Skip("allocation counts under -race include sync.Pool's deliberate drops")
 	}
 	n := testenv.StartNATS(t)

@@ -1,5 +1,0 @@
-//go:build !race
-
-package service
-
-const raceEnabled = false
