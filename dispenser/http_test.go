@@ -11,8 +11,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/leafbus/leafbus/internal/testutil"
 )
@@ -142,27 +140,11 @@ func TestHTTPServesBesideNATS(t *testing.T) {
 	}
 }
 
-// scrape GETs url (a /metrics) and parses it.
-func scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
-	tb.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", url, err)
-	}
-	return fams
-}
-
 // checkScrape parses /metrics and checks what the requests of TestHTTPServesBesideNATS
 // moved, per transport, and the state of the parts.
 func checkScrape(t *testing.T, url, workerID string) {
 	t.Helper()
-	fams := scrape(t, url)
+	fams := testutil.Scrape(t, url)
 	for _, c := range []struct {
 		name   string
 		labels map[string]string

@@ -149,7 +149,7 @@ func checkMonotonicMetrics(t *testing.T, url string, d *Dispenser, tag string) {
 			stats = ts
 		}
 	}
-	fams := scrape(t, url)
+	fams := testutil.Scrape(t, url)
 	var roles []string
 	for _, role := range metrics.MonotonicRoles {
 		if v, _ := metricValue(fams, "leafbus_monotonic_role", map[string]string{"tag": tag, "role": role}); v == 1 {

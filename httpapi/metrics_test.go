@@ -1,37 +1,16 @@
 package httpapi_test
 
 import (
-	"net/http"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
 )
-
-// scrape GETs url and parses it with the Prometheus text parser.
-func scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
-	tb.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		tb.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		tb.Fatalf("GET %s: status %d", url, resp.StatusCode)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", url, err)
-	}
-	return fams
-}
 
 // value is the counter or gauge of family name whose labels include want (0 if none).
 func value(tb testing.TB, fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
@@ -82,7 +61,7 @@ func TestHTTPRequestsAreCounted(t *testing.T) {
 	get(t, url+"/api/snowflake/get/x")
 	get(t, url+"/decodeSnowflakeId?snowflakeId=1")
 
-	fams := scrape(t, url+"/metrics")
+	fams := testutil.Scrape(t, url+"/metrics")
 	for _, c := range []struct {
 		name   string
 		labels map[string]string

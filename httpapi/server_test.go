@@ -115,7 +115,7 @@ func TestInFlightBound(t *testing.T) {
 	if a := receive(t, first); a.status != http.StatusOK || a.body != "1" {
 		t.Errorf("first request: %d %q, want 200 1", a.status, a.body)
 	}
-	fams := scrape(t, url+"/metrics")
+	fams := testutil.Scrape(t, url+"/metrics")
 	if got := value(t, fams, "leafbus_requests_rejected_total", map[string]string{"transport": "http"}); got != 1 {
 		t.Errorf("rejected = %v, want 1", got)
 	}

@@ -2,8 +2,6 @@ package metrics_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -11,36 +9,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	lbtest "github.com/leafbus/leafbus/internal/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/leafbus/leafbus/metrics"
 )
-
-// scrape GETs /metrics from a real HTTP server and parses it with the Prometheus text
-// parser, as Prometheus would.
-func scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
-	tb.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		tb.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		tb.Fatalf("GET %s: status %d: %s", url, resp.StatusCode, b)
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-		tb.Fatalf("GET %s: Content-Type %q, want the text format", url, ct)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		tb.Fatalf("parse the scrape: %v", err)
-	}
-	return families
-}
 
 // value returns the value of the one sample of family name whose labels include want.
 func value(tb testing.TB, families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
@@ -106,7 +80,7 @@ func newServer(tb testing.TB, cfg metrics.Config) (*metrics.Metrics, string) {
 func TestCountersMoveWithTraffic(t *testing.T) {
 	m, url := newServer(t, metrics.Config{Version: "1.2.3", MaxTags: 10})
 	ok := map[string]string{"transport": "nats", "kind": "segment", "code": "200"}
-	before := scrape(t, url)
+	before := lbtest.Scrape(t, url)
 	if got := value(t, before, "leafbus_requests_total", ok); got != 0 {
 		t.Fatalf("requests before traffic = %v, want 0 (the known series start at 0)", got)
 	}
@@ -118,7 +92,7 @@ func TestCountersMoveWithTraffic(t *testing.T) {
 	m.Observe(metrics.HTTP, metrics.KindDecode, 400, 0.00001, 0)
 	m.Rejected(metrics.HTTP)
 
-	after := scrape(t, url)
+	after := lbtest.Scrape(t, url)
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -165,7 +139,7 @@ func TestUnknownLabelsAreBounded(t *testing.T) {
 	for i := range 50 {
 		m.Observe(fmt.Sprintf("carrier-pigeon-%d", i), fmt.Sprintf("kind-%d", i), 200, 0.001, 1)
 	}
-	fams := scrape(t, url)
+	fams := lbtest.Scrape(t, url)
 	if got := labelValues(fams["leafbus_requests_total"], "transport"); len(got) != 3 || !got["other"] {
 		t.Errorf("transport values = %v, want nats, http and other", got)
 	}
@@ -208,7 +182,7 @@ func TestTagLabelNeverExceedsItsBound(t *testing.T) {
 		tags = tagsFixture(n)
 		tags = append(tags, metrics.SegmentTag{Tag: metrics.OtherTag, Issued: 1 << 40, LastLoad: time.Now()}) // a real tag of that name
 		mu.Unlock()
-		fams := scrape(t, url)
+		fams := lbtest.Scrape(t, url)
 		if got := value(t, fams, "leafbus_segment_tags", nil); got != float64(n+1) {
 			t.Errorf("%d tags: leafbus_segment_tags = %v, want %d", n, got, n+1)
 		}
@@ -277,7 +251,7 @@ func TestStateMetrics(t *testing.T) {
 			return metrics.Recovery{Faults: 3, InFault: true, Last: 120 * time.Millisecond, Max: 1500 * time.Millisecond}
 		},
 	}})
-	fams := scrape(t, url)
+	fams := lbtest.Scrape(t, url)
 	pool := map[string]string{"kind": "segment", "tag": "orders", "pool": "replies"}
 	for _, c := range []struct {
 		name   string
@@ -321,7 +295,7 @@ func TestMonotonicMetrics(t *testing.T) {
 	_, url := newServer(t, metrics.Config{MaxTags: 2, Sources: metrics.Sources{
 		Monotonic: func() metrics.Monotonic { return mono },
 	}})
-	fams := scrape(t, url)
+	fams := lbtest.Scrape(t, url)
 	role := func(tag, role string) map[string]string { return map[string]string{"tag": tag, "role": role} }
 	tag := func(tag string) map[string]string { return map[string]string{"tag": tag} }
 	for _, c := range []struct {
@@ -359,7 +333,7 @@ func TestMonotonicMetrics(t *testing.T) {
 	}
 
 	mono = metrics.Monotonic{Tags: []metrics.MonotonicTag{{Tag: "orders", Role: metrics.RoleStarting}}}
-	fams = scrape(t, url)
+	fams = lbtest.Scrape(t, url)
 	if got := labelValues(fams["leafbus_monotonic_role"], "tag"); got[metrics.OtherTag] {
 		t.Errorf("one tag under MaxTags: %s shown (%v)", metrics.OtherTag, got)
 	}
@@ -432,10 +406,10 @@ func TestObserveWhileScraping(t *testing.T) {
 		})
 	}
 	for range 5 {
-		scrape(t, url)
+		lbtest.Scrape(t, url)
 	}
 	wg.Wait()
-	fams := scrape(t, url)
+	fams := lbtest.Scrape(t, url)
 	got := value(t, fams, "leafbus_ids_issued_total", map[string]string{"transport": "nats", "kind": "segment"}) +
 		value(t, fams, "leafbus_ids_issued_total", map[string]string{"transport": "http", "kind": "segment"})
 	if got != 4*500*2 {
