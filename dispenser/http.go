@@ -41,9 +41,7 @@ func (d *Dispenser) sources() metrics.Sources {
 	if d.recovery != nil {
 		src.Recovery = d.recovery.Metrics
 	}
-	if d.mono != nil {
-		src.Monotonic = monotonicState(d.mono)
-	}
+	src.Monotonic = monotonicState(d.mono) // built before the metrics (build.go)
 	return src
 }
 

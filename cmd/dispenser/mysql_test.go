@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -245,16 +244,16 @@ func TestMySQLRowInsertedBySQL(t *testing.T) {
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := leafDB(t, dsn, nil)
 	d := startMySQLDispenser(t, dsn, "", "mysql-1")
-	client := d.client(t, client.WithHedge(0)) // exact IDs: a hedged copy would take the first range
+	cl := d.client(t) // exact IDs (d.client never hedges): a hedged copy would take the first range
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := client.Segment(ctx, "late"); !errors.Is(err, wire.ErrNotFound) {
+	if _, err := cl.Segment(ctx, "late"); !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("Segment(late) before the insert err = %v, want 404", err)
 	}
 	if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES ('late', 5000, 10, 'by hand')"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.SegmentN(ctx, "late", 3)
+	got, err := cl.SegmentN(ctx, "late", 3)
 	if err != nil || len(got) != 3 || got[0] != 5000 || got[2] != 5002 {
 		t.Fatalf("SegmentN(late, 3) = %v, %v; want 5000 5001 5002", got, err)
 	}
@@ -438,11 +437,11 @@ func TestSchemaCommand(t *testing.T) {
 		c.MySQLDSN = dsn
 		c.Advertise = "127.0.0.1:4999"
 	})
-	client := d.client(t, client.WithHedge(0)) // exact IDs: a hedged copy would take the first ones
-	if got, err := client.SegmentN(ctx, "orders", 2); err != nil || got[0] != 1 || got[1] != 2 {
+	cl := d.client(t) // exact IDs (d.client never hedges): a hedged copy would take the first ones
+	if got, err := cl.SegmentN(ctx, "orders", 2); err != nil || got[0] != 1 || got[1] != 2 {
 		t.Fatalf("SegmentN(orders, 2) = %v, %v; want 1 2", got, err)
 	}
-	if _, err := client.Snowflake(ctx, "x"); err != nil {
+	if _, err := cl.Snowflake(ctx, "x"); err != nil {
 		t.Fatalf("Snowflake: %v", err)
 	}
 	var rows int
