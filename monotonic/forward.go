@@ -215,7 +215,7 @@ func (m *Manager) forwarded(ts *tagState, t *term) nats.MsgHandler {
 		// configured with a larger --max-batch is not refused by the leader.
 		total, err := parseCounts(msg.Data, m.cfg.MaxForward, m.cfg.MaxForward)
 		if err == nil && msg.Header.Get(TagHeader) != ts.name {
-			err = wire.BadRequest("forwarded request for tag %q reached the leader of tag %q", msg.Header.Get(TagHeader), ts.name)
+			err = wire.BadRequest("forwarded request for tag %s reached the leader of tag %q", wire.Quote(msg.Header.Get(TagHeader)), ts.name)
 		}
 		if err == nil {
 			ids := make([]int64, total)
@@ -248,7 +248,7 @@ func parseCounts(body []byte, maxBatch, maxForward int) (int, error) {
 	for field := range bytes.SplitSeq(body, []byte{' '}) {
 		n, err := wire.ParseCount(field, maxBatch)
 		if err != nil || len(field) == 0 {
-			return 0, wire.BadRequest("forwarded counts %q: want counts of 1 to %d separated by single spaces", body, maxBatch)
+			return 0, wire.BadRequest("forwarded counts %s: want counts of 1 to %d separated by single spaces", wire.Quote(string(body)), maxBatch)
 		}
 		if total += n; total > maxForward {
 			return 0, wire.BadRequest("forwarded counts add up to more than %d IDs", maxForward)
