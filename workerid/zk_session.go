@@ -170,13 +170,13 @@ func (r *ZKRegistry) Run(ctx context.Context) error {
 	defer tick.Stop()
 	policy := zkReplaceRetry
 	policy.Min = r.cfg.ReplaceAfter
-	d := zkWatchdog{retry: backoff.New(policy), lastOK: time.Now(), wait: r.cfg.ReplaceAfter}
+	d := zkWatchdog{retry: backoff.New(policy), lastOK: time.Now(), replaceAfter: r.cfg.ReplaceAfter, wait: r.cfg.ReplaceAfter}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case now := <-tick.C:
-			if why := d.check(r, now); why != "" {
+			if why := d.check(r.conn.State(), r.reachable, now); why != "" {
 				r.replaceClient(now.Sub(d.lastOK), why)
 				d.replaced(now)
 			}
@@ -188,7 +188,8 @@ func (r *ZKRegistry) Run(ctx context.Context) error {
 // handshake hangs, whether the servers accept connections meanwhile.
 type zkWatchdog struct {
 	retry          *backoff.Backoff
-	lastOK         time.Time // last seen with a session, or last replaced
+	replaceAfter   time.Duration // ZKRegistryConfig.ReplaceAfter
+	lastOK         time.Time     // last seen with a session, or last replaced
 	wait           time.Duration
 	connectedSince time.Time // connected without a session since; zero when not
 	reachable      bool      // a server accepted a connection while there was no session
@@ -196,11 +197,12 @@ type zkWatchdog struct {
 	probed         bool // the outage's one replacement on reachability is spent
 }
 
-// check returns why the client must be replaced now, "" when it need not.
-func (d *zkWatchdog) check(r *ZKRegistry, now time.Time) string {
-	switch r.conn.State() {
+// check returns why a client in state must be replaced now, "" when it need not;
+// reachable says whether a server accepts connections (asked only while it may matter).
+func (d *zkWatchdog) check(state zk.State, reachable func() bool, now time.Time) string {
+	switch state {
 	case zk.StateHasSession:
-		*d = zkWatchdog{retry: d.retry, lastOK: now, wait: r.cfg.ReplaceAfter}
+		*d = zkWatchdog{retry: d.retry, replaceAfter: d.replaceAfter, lastOK: now, wait: d.replaceAfter}
 		d.retry.Reset()
 		return ""
 	case zk.StateConnected:
@@ -213,7 +215,7 @@ func (d *zkWatchdog) check(r *ZKRegistry, now time.Time) string {
 	without := now.Sub(d.lastOK)
 	if !d.probed && without > zkProbeAfter && now.Sub(d.lastProbe) >= zkProbeEvery {
 		d.lastProbe = now
-		d.reachable = r.reachable()
+		d.reachable = reachable()
 	}
 	switch {
 	case !d.connectedSince.IsZero() && now.Sub(d.connectedSince) > zkHandshakeMax:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
@@ -264,5 +265,42 @@ func TestZKRegistrySessionBackSoonAfterRestart(t *testing.T) {
 		took.Round(time.Millisecond), before, r.conn.Replaced()-before)
 	if took > 2*time.Second {
 		t.Fatalf("session %s after ZooKeeper was back, want within 2s", took.Round(time.Millisecond))
+	}
+}
+
+// TestZKWatchdogProbe: without a session, the watchdog replaces the client as soon as a
+// server accepts connections again (after zkProbeAfter), once per outage, rather than
+// waiting out ReplaceAfter; with a session again, it starts afresh.
+func TestZKWatchdogProbe(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	d := zkWatchdog{retry: backoff.New(zkReplaceRetry), replaceAfter: time.Minute, lastOK: start, wait: time.Minute}
+	up := false
+	probes := 0
+	reachable := func() bool { probes++; return up }
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	if why := d.check(zk.StateDisconnected, reachable, at(zkProbeAfter/2)); why != "" || probes != 0 {
+		t.Fatalf("before zkProbeAfter: %q after %d probes, want nothing and no probe", why, probes)
+	}
+	if why := d.check(zk.StateDisconnected, reachable, at(zkProbeAfter+time.Millisecond)); why != "" || probes != 1 {
+		t.Fatalf("servers down: %q after %d probes, want nothing after one probe", why, probes)
+	}
+	up = true
+	if why := d.check(zk.StateDisconnected, reachable, at(zkProbeAfter+zkProbeEvery+2*time.Millisecond)); why != "ZooKeeper accepts connections again" {
+		t.Fatalf("a server back: %q, want the replacement on reachability", why)
+	}
+	d.replaced(at(zkProbeAfter + zkProbeEvery + 2*time.Millisecond))
+	before := probes
+	for i := 2; i < 10; i++ {
+		if why := d.check(zk.StateDisconnected, reachable, at(zkProbeAfter+time.Duration(i)*zkProbeEvery+3*time.Millisecond)); why != "" {
+			t.Fatalf("the same outage again: %q, want one replacement on reachability per outage", why)
+		}
+	}
+	if probes != before {
+		t.Errorf("probed %d more times in an outage whose one replacement is spent", probes-before)
+	}
+	d.check(zk.StateHasSession, reachable, at(time.Second))
+	up = true
+	if why := d.check(zk.StateDisconnected, reachable, at(time.Second+zkProbeAfter+time.Millisecond)); why != "ZooKeeper accepts connections again" {
+		t.Fatalf("a new outage: %q, want the probe's replacement again", why)
 	}
 }
