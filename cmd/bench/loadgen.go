@@ -268,36 +268,20 @@ func newPhaseResult(open bool) *phaseResult {
 	return r
 }
 
-// add merges what worker w measured into r; the worker must have stopped.
+// add merges what worker w measured into r (merge, as for two phases); the worker must
+// have stopped. Its sender's lag, send errors and ID collectors are kept beside its
+// result while it runs, and join it here.
 func (r *phaseResult) add(w *worker) {
 	wr := &w.res
-	r.hist.Merge(wr.hist)
-	if r.sendLag != nil {
-		r.sendLag.Merge(w.lag)
-	}
-	r.sent += wr.sent
-	r.ok += wr.ok
-	r.ids += wr.ids
-	r.late += wr.late
-	r.orderViolations += wr.orderViolations
-	r.regressions += wr.regressions
-	for k, n := range wr.errors {
-		r.errors[k] += n
-	}
+	wr.sendLag = w.lag
 	if n := w.sendErrs.Load(); n > 0 {
-		r.errors[errKeySend] += n
+		wr.errors[errKeySend] += n
 	}
-	for k, samples := range wr.errorSamples {
-		for _, msg := range samples {
-			r.sample(k, msg)
-		}
-	}
-	if r.collectors == nil {
-		r.collectors = make([][]*collector, len(w.cols))
-	}
+	wr.collectors = make([][]*collector, len(w.cols))
 	for i, col := range w.cols {
-		r.collectors[i] = append(r.collectors[i], col)
+		wr.collectors[i] = []*collector{col}
 	}
+	r.merge(wr)
 }
 
 // sample keeps msg as an example of error key k, up to maxErrorSamples different ones.

@@ -63,6 +63,9 @@ func (r *phaseResult) merge(o *phaseResult) *phaseResult {
 	r.orderViolations += o.orderViolations
 	r.regressions += o.regressions
 	r.slowConsumers += o.slowConsumers
+	if r.collectors == nil {
+		r.collectors = make([][]*collector, len(o.collectors))
+	}
 	for i := range min(len(r.collectors), len(o.collectors)) {
 		r.collectors[i] = append(r.collectors[i], o.collectors[i]...)
 	}
