@@ -3,7 +3,6 @@ package monotonic
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -113,11 +112,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		Replicas:    cfg.Replicas,
 	}
 	var err error
-	if m.opts, err = openBucket(ctx, cfg.JetStream, m.optsCfg); err != nil {
-		return nil, err
+	if m.opts, err = kvbucket.Open(ctx, cfg.JetStream, m.optsCfg); err != nil {
+		return nil, fmt.Errorf("monotonic: %w", err)
 	}
-	if m.leaders, err = openBucket(ctx, cfg.JetStream, m.leadersCfg); err != nil {
-		return nil, err
+	if m.leaders, err = kvbucket.Open(ctx, cfg.JetStream, m.leadersCfg); err != nil {
+		return nil, fmt.Errorf("monotonic: %w", err)
 	}
 	st, err := m.leaders.Status(ctx)
 	if err != nil {
@@ -135,25 +134,6 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 // of silence) by a compare-and-set on its revision. Expiry only collects what nobody
 // took; safety never depends on when, or whether, the server expires a record.
 func recordTTL(lease time.Duration) time.Duration { return 2 * lease }
-
-// openBucket opens a KV bucket, creating it when missing. A NATS cluster that is still
-// electing its JetStream leader refuses for a moment, so a failure is retried a few
-// times within ctx.
-func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	bo := backoff.New(backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second, Jitter: 0.5})
-	for {
-		kv, err := js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-		if err == nil {
-			return kv, nil
-		}
-		if bo.Failures() >= 8 || !bo.Wait(ctx) {
-			return nil, fmt.Errorf("monotonic: open KV bucket %s: %w", cfg.Bucket, err)
-		}
-	}
-}
 
 // now is the time on the Manager's clock since New; with time.Now it is monotonic.
 func (m *Manager) now() time.Duration { return m.clock().Sub(m.base) }

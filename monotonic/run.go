@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/internal/kvbucket"
 )
 
 // watchPolicy is the back-off of a bucket watch that could not start or ended.
@@ -87,7 +88,7 @@ func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, cfg jetstrea
 				lost = "the monotonic marks it held are lost for the next start: set them again (dispenser tag update --tag T --monotonic)"
 			}
 			m.log.Warn("monotonic: KV bucket gone; creating it again, empty: "+lost, "bucket", cfg.Bucket, "err", err)
-			if _, err := openBucket(ctx, m.cfg.JetStream, cfg); err != nil {
+			if _, err := kvbucket.Open(ctx, m.cfg.JetStream, cfg); err != nil {
 				m.log.Warn("monotonic: KV bucket not created again, retrying", "bucket", cfg.Bucket, "err", err)
 			}
 			bo.Wait(ctx)

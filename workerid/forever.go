@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -51,7 +52,7 @@ func OpenForever(ctx context.Context, js jetstream.JetStream, bucket string, rep
 	if err := checkReplicas("forever bucket "+bucket, replicas); err != nil {
 		return nil, err
 	}
-	kv, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "leafbus: each dispenser's highest issued timestamp, by node ID",
 		Replicas:    replicas,
@@ -162,17 +163,3 @@ func (f *Forever) getRev(ctx context.Context, key string) (Record, uint64, error
 
 // Bucket is the bucket's name.
 func (f *Forever) Bucket() string { return f.kv.Bucket() }
-
-// openBucket creates a KV bucket, or binds to it when another node created it first. A
-// bucket that exists with a different configuration is used as it is; callers that
-// depend on a setting (the lease TTL) check it themselves.
-func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, cfg.Bucket)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open KV bucket %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
-}

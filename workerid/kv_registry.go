@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -127,7 +128,7 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	leases, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+	leases, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Prefix + "_leases",
 		Description: "leafbus: snowflake worker ID leases, by worker ID",
 		TTL:         cfg.TTL,
@@ -144,7 +145,7 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 		return nil, fmt.Errorf("%w: KV bucket %s keeps leases for %s, but this node is configured with lease TTL %s: every node must use the same TTL",
 			ErrInvalidConfig, leases.Bucket(), st.TTL(), cfg.TTL)
 	}
-	workers, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+	workers, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Prefix + "_workers",
 		Description: "leafbus: highest timestamp recorded per snowflake worker ID",
 		Replicas:    cfg.Replicas,

@@ -1,0 +1,35 @@
+// Package kvbucket opens the JetStream KV buckets the dispenser's parts keep their
+// state in.
+package kvbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/backoff"
+)
+
+// Open creates the bucket cfg describes, or binds to it when it exists (another node
+// created it first). A bucket that exists with other settings is used as it is:
+// callers that depend on one (a TTL) check it themselves. A NATS cluster still electing
+// its JetStream leader refuses for a moment, so a failure is retried a few times within
+// ctx.
+func Open(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	bo := backoff.New(backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second, Jitter: 0.5})
+	for {
+		kv, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+		if err == nil {
+			return kv, nil
+		}
+		if bo.Failures() >= 8 || !bo.Wait(ctx) {
+			return nil, fmt.Errorf("open KV bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+}
