@@ -129,14 +129,7 @@ func (s *Service) endpointStats(e *endpoint) any {
 	if n := s.verbsRefused.Load(); n > 0 {
 		data["refused_control_replies"] = n // $SRV requests: the service's, shown with each endpoint
 	}
-	var c *endpointCounters
-	switch e.name {
-	case "segment":
-		c = &s.segStats
-	case "snowflake":
-		c = &s.sfStats
-	}
-	if c != nil {
+	if c := e.counters; c != nil {
 		data["ids_issued"] = c.idsIssued.Load()
 		data["pooled_replies"] = c.pooled.Load()
 		data["waited"] = c.waited.Load()

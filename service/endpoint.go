@@ -29,6 +29,7 @@ type endpoint struct {
 	name, subject string
 	handle        handler
 	sub           *nats.Subscription
+	counters      *endpointCounters // the ID endpoints' own figures ($SRV.STATS data); nil for the others
 
 	requests atomic.Uint64 // every request delivered, counted once handled
 	errors   atomic.Uint64 // error replies sent, and requests NATS dropped (slow consumer)

@@ -261,8 +261,8 @@ func (c Config) metadata() map[string]string {
 func (s *Service) newEndpoints() []*endpoint {
 	sub := s.subjects
 	return []*endpoint{
-		{name: "segment", subject: sub.IDsWildcard(wire.Segment), handle: s.handleIDs(wire.Segment)},
-		{name: "snowflake", subject: sub.IDsWildcard(wire.Snowflake), handle: s.handleIDs(wire.Snowflake)},
+		{name: "segment", subject: sub.IDsWildcard(wire.Segment), handle: s.handleIDs(wire.Segment), counters: &s.segStats},
+		{name: "snowflake", subject: sub.IDsWildcard(wire.Snowflake), handle: s.handleIDs(wire.Snowflake), counters: &s.sfStats},
 		{name: "decode", subject: sub.Decode(), handle: s.handleDecode},
 		{name: "tags-add", subject: sub.AdminTags("add"), handle: s.admin(s.addTag)},
 		{name: "tags-list", subject: sub.AdminTags("list"), handle: s.admin(s.listTags)},
@@ -398,15 +398,15 @@ func (s *Service) stop() error {
 // is answered here allocates nothing: the tag is a slice of the subject, the IDs and
 // the reply are the endpoint's scratch space, and the reply is a plain publish.
 func (s *Service) handleIDs(kind wire.Kind) handler {
-	subjectPrefix, counters := s.segmentSubject, &s.segStats
+	subjectPrefix := s.segmentSubject
 	if kind == wire.Snowflake {
-		subjectPrefix, counters = s.snowflakeSubject, &s.sfStats
+		subjectPrefix = s.snowflakeSubject
 	}
 	return func(e *endpoint, m *nats.Msg, start time.Duration) outcome {
-		n, err := s.serveIDs(e, m, kind, subjectPrefix, counters, start)
+		n, err := s.serveIDs(e, m, kind, subjectPrefix, e.counters, start)
 		switch {
 		case err != nil:
-			return outcome{kind.String(), s.fail(e, m, counters, err), 0}
+			return outcome{kind.String(), s.fail(e, m, e.counters, err), 0}
 		case n > 0:
 			return outcome{kind.String(), codeOK, n}
 		}
