@@ -305,6 +305,26 @@ func splitList(s string) []string {
 	return out
 }
 
+// checkSubjects checks the subjects given by flag: --echo-at and --inbox-prefix.
+func (c Config) checkSubjects() error {
+	if c.EchoAt != "" {
+		if err := checkPlainSubject(c.EchoAt); err != nil {
+			return fmt.Errorf("--echo-at: %w", err)
+		}
+	}
+	if c.InboxPrefix != "" {
+		if err := checkPlainSubject(c.InboxPrefix); err != nil {
+			return fmt.Errorf("--inbox-prefix: %w", err)
+		}
+		// The dispenser drops replies aimed at its own subjects or at $ subjects: every
+		// request would time out.
+		if !(wire.Subjects{Prefix: c.Prefix}).ReplyAllowed(c.InboxPrefix + ".x") {
+			return fmt.Errorf("--inbox-prefix %q: the dispenser never answers on it (PROTOCOL.md \"Reply subjects\")", c.InboxPrefix)
+		}
+	}
+	return nil
+}
+
 // Validate checks every field, naming the flag, its value and the bound it breaks.
 func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
@@ -354,20 +374,8 @@ func (c Config) Validate() error {
 	case c.EchoAt != "" && !slices.Contains(c.baselines(), baselineEchoProcess):
 		return bad("--echo-at %q needs --baseline echo-process", c.EchoAt)
 	}
-	if c.EchoAt != "" {
-		if err := checkPlainSubject(c.EchoAt); err != nil {
-			return bad("--echo-at: %v", err)
-		}
-	}
-	if c.InboxPrefix != "" {
-		if err := checkPlainSubject(c.InboxPrefix); err != nil {
-			return bad("--inbox-prefix: %v", err)
-		}
-		// The dispenser drops replies aimed at its own subjects or at $ subjects: every
-		// request would time out.
-		if !(wire.Subjects{Prefix: c.Prefix}).ReplyAllowed(c.InboxPrefix + ".x") {
-			return bad("--inbox-prefix %q: the dispenser never answers on it (PROTOCOL.md \"Reply subjects\")", c.InboxPrefix)
-		}
+	if err := c.checkSubjects(); err != nil {
+		return bad("%v", err)
 	}
 	seen := map[string]bool{}
 	for _, b := range c.baselines() {
