@@ -247,8 +247,10 @@ const (
 // (see maxCopies), each waiting for the rest of ctx, and the first answer
 // of any copy is the answer: IDs, or an error such as a 503 from a dispenser that could
 // not load a segment in time. The first, abandoned copy's late answer is dropped: a gap
-// in the IDs, never a duplicate. A request that reached no dispenser (no responders)
-// is not sent again.
+// in the IDs, never a duplicate. A request that reached no dispenser (no responders) is
+// asked once more after the hedge delay, and then that answer stands: while a NATS node
+// goes down or a dispenser reconnects, the server a request reached may briefly know no
+// member of the queue group, though others serve.
 func (c *Client) requestHedged(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 	if c.hedge <= 0 {
 		return c.request(ctx, msg)
@@ -261,6 +263,16 @@ func (c *Client) requestHedged(ctx context.Context, msg *nats.Msg) (*nats.Msg, e
 	try, cancel := context.WithTimeout(ctx, c.hedge)
 	reply, err := c.request(try, msg)
 	cancel()
+	if errors.Is(err, nats.ErrNoResponders) {
+		select {
+		case <-time.After(c.hedge):
+		case <-ctx.Done():
+			return nil, err
+		}
+		try, cancel = context.WithTimeout(ctx, c.hedge)
+		reply, err = c.request(try, msg)
+		cancel()
+	}
 	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 		return reply, err
 	}

@@ -129,3 +129,34 @@ func TestHedgingReturnsAHeldAnswer(t *testing.T) {
 	}
 	t.Logf("503 after %v with %d copies", time.Since(start), c.Hedged())
 }
+
+// TestNoRespondersAskedOnceMore: a request that reaches no member of the queue group
+// (a server that briefly knows none while the cluster changes) is asked once more after
+// the hedge delay, and gets its answer from a dispenser that came meanwhile; with none,
+// the answer is still ErrNoResponders, a hedge delay later.
+func TestNoRespondersAskedOnceMore(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	const hedge = 100 * time.Millisecond
+	c, err := client.NewClient(ns.Connect(t), client.WithHedge(hedge), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if _, err := c.Segment(context.Background(), "orders"); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("with no dispenser: %v, want nats.ErrNoResponders", err)
+	}
+	if took := time.Since(began); took > 20*hedge {
+		t.Errorf("with no dispenser the answer took %v", took)
+	}
+	late := ns.Connect(t)
+	time.AfterFunc(hedge/3, func() {
+		_, _ = late.QueueSubscribe(wire.Subjects{Prefix: wire.DefaultPrefix}.IDsWildcard(wire.Segment), "leaf", func(m *nats.Msg) {
+			enc, _ := wire.ParseEncoding(m.Header.Get(wire.EncodingHeader))
+			_ = m.Respond(wire.AppendIDs(nil, []int64{42}, enc))
+		})
+		_ = late.Flush()
+	})
+	if id, err := c.Segment(context.Background(), "orders"); err != nil || id != 42 {
+		t.Fatalf("a dispenser arriving within the hedge delay: %d, %v; want 42", id, err)
+	}
+}
