@@ -78,7 +78,13 @@ func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, cfg jetstrea
 	defer once.Do(synced)
 	bo := backoff.New(watchPolicy)
 	for ctx.Err() == nil {
-		w, err := kv.WatchAll(ctx)
+		// The keys the bucket holds, by the server's count: what the watch must have
+		// delivered before it counts as synced (kvbucket's doc says why).
+		want, err := kvbucket.Keys(ctx, m.cfg.JetStream, kv)
+		var w jetstream.KeyWatcher
+		if err == nil {
+			w, err = kv.WatchAll(ctx)
+		}
 		if bucketGone(err) {
 			// The bucket is gone (deleted, or a JetStream that lost its store): every
 			// write and watch would fail until a restart. Create it again, empty; the
@@ -111,7 +117,7 @@ func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, cfg jetstrea
 			m.untilBucketGone(wctx, kv)
 			endWatch()
 		}()
-		m.follow(wctx, w, apply, func() { once.Do(synced) })
+		m.follow(wctx, kv, w, want, apply, func() { once.Do(synced) })
 		endWatch()
 		<-checked
 		_ = w.Stop()
@@ -149,18 +155,40 @@ func bucketGone(err error) bool {
 		(errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamNotFound)
 }
 
-// follow applies w's entries until it ends or ctx does.
-func (m *Manager) follow(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), synced func()) {
+// follow applies w's entries until it ends or ctx does. At the watcher's marker, each
+// key of want it has not delivered yet is read and applied before synced is called: a
+// marker can come early (kvbucket), and campaigns must not start on a view that misses
+// a live lease or a mark. An entry older than one already applied for its key (the
+// watcher delivering late what a read found) is skipped.
+func (m *Manager) follow(ctx context.Context, kv jetstream.KeyValue, w jetstream.KeyWatcher, want map[string]struct{}, apply func(jetstream.KeyValueEntry), synced func()) {
+	applied := make(map[string]uint64, len(want))
+	applyOnce := func(e jetstream.KeyValueEntry) {
+		if e.Revision() < applied[e.Key()] {
+			return
+		}
+		applied[e.Key()] = e.Revision()
+		apply(e)
+	}
+	initial := true
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok:
 				return
-			case e == nil:
+			case e == nil && initial:
+				initial = false
+				missing, err := kvbucket.FillIn(ctx, kv, want, func(key string) bool { _, ok := applied[key]; return ok })
+				if err != nil {
+					m.log.Warn("monotonic: cannot read the keys a bucket watch left out, watching again", "bucket", kv.Bucket(), "err", err)
+					return
+				}
+				for _, e := range missing {
+					applyOnce(e)
+				}
 				synced()
-			default:
-				apply(e)
+			case e != nil:
+				applyOnce(e)
 			}
 		case <-ctx.Done():
 			return

@@ -7,8 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -103,28 +102,18 @@ func (m *Manager) SetMonotonic(ctx context.Context, tag string, on bool) error {
 }
 
 // MonotonicTags reads every mark from <prefix>_tagopts (not this dispenser's view,
-// which may lag a write another dispenser just made): the tags marked monotonic.
+// which may lag a write another dispenser just made): the tags marked monotonic. The
+// listing is complete (kvbucket.List): a marked tag is never left out.
 func (m *Manager) MonotonicTags(ctx context.Context) (map[string]bool, error) {
-	w, err := m.opts.WatchAll(ctx, jetstream.IgnoreDeletes())
+	entries, err := kvbucket.List(ctx, m.cfg.JetStream, m.opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: monotonic: read %s: %w", wire.ErrUnavailable, m.opts.Bucket(), err)
 	}
-	defer func() { _ = w.Stop() }()
 	out := map[string]bool{}
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("%w: monotonic: read %s: the watch ended", wire.ErrUnavailable, m.opts.Bucket())
-			}
-			if e == nil {
-				return out, nil
-			}
-			if decodeOptions(m.log, e.Key(), e.Value()).Monotonic {
-				out[e.Key()] = true
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: monotonic: read %s: %w", wire.ErrUnavailable, m.opts.Bucket(), ctx.Err())
+	for key, e := range entries {
+		if decodeOptions(m.log, key, e.Value()).Monotonic {
+			out[key] = true
 		}
 	}
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/internal/kvbucket"
 )
 
 // KVStore is a Store in a JetStream key-value bucket: the embedded default, needing
@@ -25,7 +26,8 @@ import (
 // each write succeeds only over the revision its range was computed from, so no two
 // writers can be granted the same range.
 type KVStore struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	js     kvbucket.Streams // finds the bucket's stream, against which Tags checks its listing
 }
 
 var _ Store = (*KVStore)(nil)
@@ -44,7 +46,6 @@ type kvRow struct {
 // an error the generator retries later instead of a goroutine spinning forever.
 const (
 	kvCASAttempts = 32
-	kvStopDrain   = 5 * time.Second // how long Tags waits for a stopped watcher to close
 )
 
 // kvCASPolicy is the wait between compare-and-set attempts: 2ms, doubling, at most
@@ -75,7 +76,7 @@ func OpenKVStore(ctx context.Context, js jetstream.JetStream, bucket string, rep
 	if err != nil {
 		return nil, fmt.Errorf("segment: open kv bucket %q: %w", bucket, err)
 	}
-	return &KVStore{kv: kv}, nil
+	return &KVStore{kv: kv, js: js}, nil
 }
 
 // Take implements Store.
@@ -99,32 +100,17 @@ func (s *KVStore) Tag(ctx context.Context, tag string) (Tag, error) {
 }
 
 // Tags implements Store. It reads every key's latest value through one watcher (a single
-// ordered consumer) instead of a Get per key, so listing 10,000 tags is one stream read.
-// Keys whose value is not a valid row are left out (see sortedTags).
+// ordered consumer) instead of a Get per key, so listing 10,000 tags is one stream read,
+// and checks what it got against the stream's own account of its keys
+// (kvbucket.List): a tag the store holds is never missing from the list, which decides
+// whether a dispenser starts and which tags it serves. Keys whose value is not a valid
+// row are left out (see sortedTags).
 func (s *KVStore) Tags(ctx context.Context) ([]Tag, error) {
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	entries, err := kvbucket.List(ctx, s.js, s.kv)
 	if err != nil {
 		return nil, fmt.Errorf("segment: kv list tags: %w", err)
 	}
-	defer stopWatcher(w)
-	// A key written while we read can be delivered twice; the later revision wins.
-	latest := make(map[string]jetstream.KeyValueEntry)
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("segment: kv list tags: watcher closed early")
-			}
-			if e == nil { // every current value has been delivered
-				return sortedTags(latest), nil
-			}
-			if old, seen := latest[e.Key()]; !seen || e.Revision() > old.Revision() {
-				latest[e.Key()] = e
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("segment: kv list tags: %w", ctx.Err())
-		}
-	}
+	return sortedTags(entries), nil
 }
 
 // sortedTags decodes the entries, sorted by name. A value that does not decode (only a
@@ -143,24 +129,6 @@ func sortedTags(entries map[string]jetstream.KeyValueEntry) []Tag {
 	}
 	slices.SortFunc(list, func(a, b Tag) int { return strings.Compare(a.Name, b.Name) })
 	return list
-}
-
-// stopWatcher stops w and drains its channel until it closes: the watcher's delivery
-// callback blocks on a full channel while holding the lock that closing needs.
-func stopWatcher(w jetstream.KeyWatcher) {
-	_ = w.Stop()
-	timeout := time.NewTimer(kvStopDrain)
-	defer timeout.Stop()
-	for {
-		select {
-		case _, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-		case <-timeout.C:
-			return
-		}
-	}
 }
 
 // AddTag implements Store.

@@ -113,6 +113,7 @@ func (c KVRegistryConfig) workerRange() Range { return Range{Min: c.MinWorkerID,
 type KVRegistry struct {
 	cfg     KVRegistryConfig
 	nc      *nats.Conn // the JetStream's: its state tells the lease watch what it missed
+	js      jetstream.JetStream
 	leases  jetstream.KeyValue
 	workers jetstream.KeyValue
 }
@@ -153,7 +154,7 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 	if err != nil {
 		return nil, err
 	}
-	return &KVRegistry{cfg: cfg, nc: js.Conn(), leases: leases, workers: workers}, nil
+	return &KVRegistry{cfg: cfg, nc: js.Conn(), js: js, leases: leases, workers: workers}, nil
 }
 
 // leaseValue is the content of a lease key.
@@ -215,14 +216,16 @@ func (r *KVRegistry) Acquire(ctx context.Context) (Lease, error) {
 	return nil, fmt.Errorf("%w: all %d of this deployment's %s are leased in %s", ErrNoWorkerID, rng.Len(), rng.describe(), r.leases.Bucket())
 }
 
-// leasedIDs lists the worker IDs that have a live lease.
+// leasedIDs lists the worker IDs that have a live lease, completely (kvbucket.List): a
+// lease left out would only cost a failed create, but the listing is the same one
+// everywhere.
 func (r *KVRegistry) leasedIDs(ctx context.Context) (map[int64]bool, error) {
-	keys, err := r.leases.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	leases, err := kvbucket.List(ctx, r.js, r.leases)
+	if err != nil {
 		return nil, fmt.Errorf("list leases in %s: %w", r.leases.Bucket(), err)
 	}
-	taken := make(map[int64]bool, len(keys))
-	for _, k := range keys {
+	taken := make(map[int64]bool, len(leases))
+	for k := range leases {
 		if id, err := strconv.ParseInt(k, 10, 64); err == nil {
 			taken[id] = true
 		}
