@@ -26,8 +26,8 @@ import (
 // each write succeeds only over the revision its range was computed from, so no two
 // writers can be granted the same range.
 type KVStore struct {
-	kv     jetstream.KeyValue
-	js     kvbucket.Streams // finds the bucket's stream, against which Tags checks its listing
+	kv jetstream.KeyValue
+	js kvbucket.Streams // finds the bucket's stream, against which Tags checks its listing
 }
 
 var _ Store = (*KVStore)(nil)
