@@ -10,16 +10,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
-	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
 
-// startBufferDispenser runs a real service.Service with a segment generator on an in-memory
+// startBufferDispenser runs a real bus.Service with a segment generator on an in-memory
 // store (tag "orders") and a snowflake generator, on a fresh NATS server. Everything
 // stops at cleanup, the service first.
 func startBufferDispenser(tb testing.TB) *testenv.NATS {
@@ -45,11 +46,17 @@ func startBufferDispenser(tb testing.TB) *testenv.NATS {
 	if err != nil {
 		tb.Fatalf("snowflake.New: %v", err)
 	}
-	cfg := service.DefaultConfig()
-	cfg.Segments, cfg.Snowflakes = segs, sfs
-	svc, err := service.New(ns.Connect(tb), cfg)
+	cc := core.DefaultConfig()
+	cc.Segments, cc.Snowflakes = segs, sfs
+	c, err := core.New(cc)
 	if err != nil {
-		tb.Fatalf("service.New: %v", err)
+		tb.Fatalf("core.New: %v", err)
+	}
+	cfg := bus.DefaultConfig()
+	cfg.Core = c
+	svc, err := bus.New(ns.Connect(tb), cfg)
+	if err != nil {
+		tb.Fatalf("bus.New: %v", err)
 	}
 	tb.Cleanup(func() { svc.Stop() })
 	return ns

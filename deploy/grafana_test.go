@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 )
@@ -187,7 +188,7 @@ func exportedNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	m.Observe(metrics.NATS, "segment", 200, 0.001, 1)
-	if _, err := httpapi.New("127.0.0.1:0", withMetrics(m)); err != nil {
+	if _, err := httpapi.New("127.0.0.1:0", withMetrics(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	fams, err := m.Gatherer().Gather()
@@ -208,8 +209,12 @@ func exportedNames(t *testing.T) map[string]bool {
 	return names
 }
 
-func withMetrics(m *metrics.Metrics) httpapi.Config {
+func withMetrics(tb testing.TB, m *metrics.Metrics) httpapi.Config {
 	cfg := httpapi.DefaultConfig()
-	cfg.Metrics = m
+	c, err := core.New(core.DefaultConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Core, cfg.Metrics = c, m
 	return cfg
 }

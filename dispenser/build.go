@@ -10,9 +10,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
-	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -43,6 +44,7 @@ func (d *Dispenser) steps() []step {
 		{"time responder", d.newTimeResponder},
 		{"monotonic tags", d.newMonotonic}, // monotonic.go: before the pools, which refuse its tags
 		{"pools", d.newPools},
+		{"core", d.newCore},
 		{"metrics", d.newMetrics},
 		{"service", d.startService},
 		{"http", d.startHTTP},
@@ -176,6 +178,25 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	return err
 }
 
+// newCore builds what every request means, for both faces: the monotonic tags' leaders,
+// the pools, the segment buffers and the snowflake generator, with one bound on waiting.
+func (d *Dispenser) newCore(context.Context) (err error) {
+	cfg := d.cfg
+	cc := core.DefaultConfig()
+	cc.MaxBatch = cfg.MaxBatch
+	cc.Layout = cfg.Layout()
+	cc.Segments = d.segments
+	cc.Snowflakes = d.snowflakes
+	cc.Monotonic = d.mono
+	cc.Tags = d.store
+	if len(cfg.Pools) > 0 {
+		cc.Batches = d.batches
+	}
+	cc.Logger = d.log.With("component", "core")
+	d.core, err = core.New(cc)
+	return err
+}
+
 // startService starts the NATS service ($SRV-discoverable). It gets a connection of its own: stopping it
 // drains every request already delivered, while heartbeats still use the first one to
 // write the last record.
@@ -186,17 +207,9 @@ func (d *Dispenser) startService(context.Context) error {
 		return err
 	}
 	d.onClose("service connection", func() error { svcConn.Close(); return nil })
-	svcCfg := service.DefaultConfig()
+	svcCfg := bus.DefaultConfig()
 	svcCfg.Prefix = cfg.Prefix
-	svcCfg.MaxBatch = cfg.MaxBatch
-	svcCfg.Layout = cfg.Layout()
-	svcCfg.Segments = d.segments
-	svcCfg.Snowflakes = d.snowflakes
-	svcCfg.Tags = d.store
-	svcCfg.Monotonic = d.mono
-	if len(cfg.Pools) > 0 {
-		svcCfg.Batches = d.batches
-	}
+	svcCfg.Core = d.core
 	svcCfg.Stats = d.endpointStats
 	svcCfg.Logger = d.log.With("component", "service")
 	svcCfg.Observer = d.metrics
@@ -211,7 +224,7 @@ func (d *Dispenser) startService(context.Context) error {
 	svcCfg.LiveMetadata = func() map[string]string {
 		return map[string]string{wire.MetaWorkerID: strconv.FormatInt(d.snowflakes.WorkerID(), 10)}
 	}
-	svc, err := service.New(svcConn, svcCfg)
+	svc, err := bus.New(svcConn, svcCfg)
 	if err != nil {
 		return err
 	}

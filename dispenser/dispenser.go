@@ -11,13 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
-	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/workerid"
 )
@@ -59,7 +60,8 @@ type Dispenser struct {
 	timeResponder *workerid.TimeResponder
 	batches       *pools.Batches
 	poolStream    *pools.Stream
-	svc           *service.Service
+	core          *core.Core // what every request means, for both faces
+	svc           *bus.Service
 	metrics       *metrics.Metrics // told of every answer, read by /metrics (http.go)
 	http          *httpapi.Server  // nil: HTTP off, or the default address was taken
 	peerRanges    peerRangeWatch   // the peers' worker-ID ranges, checked while Run runs (worker_range.go)

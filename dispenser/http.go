@@ -7,9 +7,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
-	"github.com/leafbus/leafbus/service"
 )
 
 // The HTTP face (PROTOCOL.md "HTTP"): the metrics are built before the service, which
@@ -20,7 +20,7 @@ import (
 // buffers, the snowflake worker and its lease, the pools and the embedded NATS server.
 func (d *Dispenser) newMetrics(context.Context) (err error) {
 	d.metrics, err = metrics.New(metrics.Config{
-		Version: service.DefaultConfig().Version,
+		Version: bus.Version,
 		MaxTags: d.cfg.MetricsMaxTags,
 		Sources: d.sources(),
 	})
@@ -54,23 +54,16 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		return nil
 	}
 	hc := httpapi.Config{
-		Version:    service.DefaultConfig().Version,
-		MaxBatch:   cfg.MaxBatch,
-		Layout:     cfg.Layout(),
-		WaitMax:    service.DefaultConfig().WaitMax,
-		Segments:   httpSegments{mono: d.mono, ordinary: d.segments}, // monotonic.go
-		Snowflakes: d.snowflakes,
-		Metrics:    d.metrics,
-		Readiness:  d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat)),
+		Version:   bus.Version,
+		Core:      d.core,
+		Metrics:   d.metrics,
+		Readiness: d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat)),
 		Status: httpapi.Status{
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: d.clientURL, SegmentStore: cfg.SegmentStore,
 			Sources: d.sources(),
 			Cluster: httpapi.Discover(d.nc, cfg.Prefix),
 		},
 		Logger: d.log.With("component", "http"),
-	}
-	if len(cfg.Pools) > 0 {
-		hc.Batches = httpBatches{mono: d.mono, ordinary: d.batches}
 	}
 	if cfg.SegmentStore == "mysql" {
 		hc.Status.Rows = d.store // Leaf's leaf_alloc rows, as its /db page shows them

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
-	"github.com/leafbus/leafbus/service"
-	"github.com/leafbus/leafbus/wire"
 )
 
 // Monotonic tags (PROTOCOL.md "Monotonic tags"): the Manager is built after the segment
@@ -41,7 +40,7 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	mc := monotonic.DefaultConfig()
 	mc.Prefix, mc.NodeID, mc.Replicas = cfg.Prefix, cfg.NodeID, cfg.KVReplicas
 	mc.Conn, mc.JetStream, mc.Segments = d.nc, d.js, d.segments
-	mc.CodeOf = service.CodeOf
+	mc.CodeOf = core.CodeOf
 	mc.FoldCase = cfg.SegmentStore == "mysql"
 	mc.LeaseTTL, mc.RenewInterval = cfg.MonotonicLeaseTTL, cfg.MonotonicLeaseTTL/6
 	// A forwarded message must fit the server's max_payload (8 bytes an ID) and carry at
@@ -71,69 +70,6 @@ func monotonicState(m *monotonic.Manager) func() metrics.Monotonic {
 		}
 		return out
 	}
-}
-
-// httpSegments routes HTTP's segment requests as the service routes NATS ones: a
-// monotonic tag to the Manager (its leader's one sequence), never to the buffers, whose
-// segments are cut ahead of time; every other tag to the generator.
-type httpSegments struct {
-	mono interface {
-		httpapi.SegmentSource
-		Ready() <-chan struct{}
-		IsMonotonic(tag string) (bool, error)
-	}
-	ordinary httpapi.SegmentSource
-}
-
-func (h httpSegments) TryFill(tag string, dst []int64) (bool, error) {
-	select {
-	case <-h.mono.Ready():
-	default:
-		return false, nil // Fill waits for the marks
-	}
-	mono, err := h.mono.IsMonotonic(tag)
-	switch {
-	case err != nil:
-		return false, err
-	case mono:
-		return h.mono.TryFill(tag, dst)
-	}
-	return h.ordinary.TryFill(tag, dst)
-}
-
-// Fill waits for the marks while they load (a dispenser just started), within the
-// request's wait, as the service does for NATS (waitForMarks): no tag can be served
-// before its mark is known, and a 503 at once would send the first requests back.
-func (h httpSegments) Fill(ctx context.Context, tag string, dst []int64) error {
-	select {
-	case <-h.mono.Ready():
-	case <-ctx.Done(): // IsMonotonic says what is missing
-	}
-	mono, err := h.mono.IsMonotonic(tag)
-	switch {
-	case err != nil:
-		return err
-	case mono:
-		return h.mono.Fill(ctx, tag, dst)
-	}
-	return h.ordinary.Fill(ctx, tag, dst)
-}
-
-// httpBatches keeps HTTP from answering a monotonic tag with a pre-filled batch: a pool
-// filled before the tag was marked may still hold some. (The service checks the mark
-// before its pools itself.)
-type httpBatches struct {
-	mono     *monotonic.Manager
-	ordinary httpapi.Batches
-}
-
-func (h httpBatches) Take(kind wire.Kind, tag string, n int, enc wire.Encoding) ([]byte, bool) {
-	if kind == wire.Segment {
-		if mono, err := h.mono.IsMonotonic(tag); err != nil || mono {
-			return nil, false // the segment source answers: the Manager, or the error
-		}
-	}
-	return h.ordinary.Take(kind, tag, n, enc)
 }
 
 // withMarks makes /readyz wait for the monotonic marks as Ready does: until they are

@@ -13,7 +13,8 @@ import (
 // arrives, Close is called, or a part fails; it returns nil on a clean stop and the
 // failing part's error otherwise. The parts stop in this order, each waiting for its
 // part to finish: stop serving NATS (answering what was delivered), then HTTP (which
-// serves until NATS has drained, and then answers what it took), then the monotonic
+// serves until NATS has drained, and then answers what it took), then the core (which
+// answers the requests still waiting), then the monotonic
 // tags (whose leaders served those requests; their leases are given back), stop
 // loading segments and filling pools, write the last heartbeat record and give the
 // worker ID back. Close undoes the rest. Run may be called once.
@@ -52,6 +53,18 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	if d.http != nil {
 		// Interrupted after the service, whose interrupt returns once NATS has drained.
 		addLoop(&g, "http", d.http.Run)
+	}
+	{
+		// Once both faces stopped taking requests: the core refuses new waits and
+		// returns when every request still waiting was answered.
+		stopped := make(chan struct{})
+		g.Add(func() error {
+			<-stopped
+			return nil
+		}, func(error) {
+			d.core.Stop()
+			close(stopped)
+		})
 	}
 	// After the service and HTTP: the requests they still wait on are forwarded to, or
 	// served by, the Manager. It gives its leases back when it stops.

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
@@ -23,7 +24,7 @@ func benchHandler(b *testing.B) http.Handler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := httpapi.New("127.0.0.1:0", httpapi.Config{Segments: segs, Snowflakes: sf, Metrics: m})
+	srv, err := httpapi.New("127.0.0.1:0", httpapi.Config{Core: coreOf(b, func(c *core.Config) { c.Segments, c.Snowflakes = segs, sf }), Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}

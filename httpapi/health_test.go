@@ -84,6 +84,7 @@ func TestReadyzWhileShuttingDown(t *testing.T) {
 	cfg.Now = func() time.Time { return now }
 	cfg.Readiness = httpapi.ReadinessFunc(healthy)
 	cfg.Logger = testutil.Logger(t)
+	cfg.Core = coreOf(t, nil)
 	srv, err := httpapi.New("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)

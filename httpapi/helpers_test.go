@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
@@ -69,6 +70,9 @@ func sfID(worker, seq int64) int64 {
 // and returns the address.
 func startServer(tb testing.TB, cfg httpapi.Config) (*httpapi.Server, string) {
 	tb.Helper()
+	if cfg.Core == nil {
+		cfg.Core = coreOf(tb, nil) // no sources: every ID request a 503
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = testutil.Logger(tb)
 	}
@@ -81,6 +85,22 @@ func startServer(tb testing.TB, cfg httpapi.Config) (*httpapi.Server, string) {
 	}
 	testutil.Run(tb, "http server", srv.Run)
 	return srv, srv.Addr().String()
+}
+
+// coreOf builds the core a test's server answers from: core.DefaultConfig with set
+// applied (nil: no sources).
+func coreOf(tb testing.TB, set func(*core.Config)) *core.Core {
+	tb.Helper()
+	cc := core.DefaultConfig()
+	if set != nil {
+		set(&cc)
+	}
+	c, err := core.New(cc)
+	if err != nil {
+		tb.Fatalf("core.New: %v", err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
 }
 
 // answer is a response as read off the wire.

@@ -9,29 +9,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
-	"github.com/leafbus/leafbus/segment"
-	"github.com/leafbus/leafbus/service"
+	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
 
-// SegmentSource hands out segment IDs (segment.Generator): TryFill without waiting or
-// I/O (ok=false: not in memory yet), Fill waiting for the store until ctx ends.
-type SegmentSource interface {
-	TryFill(tag string, dst []int64) (ok bool, err error)
-	Fill(ctx context.Context, tag string, dst []int64) error
+// Core is what the HTTP face needs of package core's *Core: the same routing, waits and
+// error table as the NATS face, through Get (Take, then Wait when it must).
+type Core interface {
+	MaxBatch() int
+	WaitMax() time.Duration
+	Get(ctx context.Context, r core.Request, dst []int64) core.Answer
+	Decode(id int64) (snowflake.Decoded, error)
 }
 
-// SnowflakeSource hands out snowflake IDs (snowflake.Generator).
-type SnowflakeSource interface {
-	Fill(dst []int64) error
-}
-
-// Batches hands out ready-made replies (pools.Batches); ok=false when it has none of
-// that shape.
-type Batches interface {
-	Take(kind wire.Kind, tag string, n int, enc wire.Encoding) (reply []byte, ok bool)
-}
+var _ Core = (*core.Core)(nil)
 
 // Content types as Leaf's Spring Boot sends them.
 const (
@@ -48,7 +41,7 @@ const maxFormBytes = 64 << 10
 func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
 	rt, key, err := leafMatch(r.URL.EscapedPath())
 	if err != nil {
-		code, desc := service.CodeOf(err)
+		code, desc := core.CodeOf(err)
 		writeError(w, code, desc)
 		return
 	}
@@ -87,9 +80,12 @@ func (s *Server) serveIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind
 	code := http.StatusOK
 	if err != nil {
 		var desc string
-		code, desc = service.CodeOf(err)
+		code, desc = core.CodeOf(err)
 		if code == http.StatusInternalServerError {
-			s.log.Error("http: request failed", "kind", kind.String(), "tag", tag, "err", err)
+			s.log.Error("http: request failed", "kind", kind.String(), "tag", wire.Quote(tag), "err", err)
+		}
+		if errors.Is(err, core.ErrOverloaded) && s.cfg.Metrics != nil {
+			s.cfg.Metrics.Rejected(metrics.HTTP)
 		}
 		writeError(w, code, desc)
 		n = 0
@@ -106,51 +102,27 @@ func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind
 	if err != nil {
 		return 0, err
 	}
-	n, err := wire.ParseCount([]byte(count), s.cfg.MaxBatch)
+	n, err := wire.ParseCount([]byte(count), s.cfg.Core.MaxBatch())
 	if err != nil {
 		return 0, err
 	}
-	if s.cfg.Batches != nil {
-		if reply, ok := s.cfg.Batches.Take(kind, tag, n, wire.Text); ok {
-			writeBody(w, contentText, reply)
-			return n, nil
-		}
-	}
 	ids := s.getIDs(n)
 	defer s.ids.Put(&ids)
-	if err := s.fill(r.Context(), kind, tag, ids); err != nil {
-		return 0, err
+	a := s.cfg.Core.Get(r.Context(), core.Request{Kind: kind, Tag: tag, Count: n, Encoding: wire.Text}, ids)
+	defer a.Release()
+	if a.Err != nil {
+		return 0, a.Err
+	}
+	if a.Reply != nil {
+		writeBody(w, contentText, a.Reply)
+		return n, nil
 	}
 	bp := s.getBuf(n * wire.MaxTextID)
-	b := wire.AppendIDs((*bp)[:0], ids, wire.Text)
+	b := wire.AppendIDs((*bp)[:0], a.IDs, wire.Text)
 	writeBody(w, contentText, b)
 	*bp = b
 	s.bufs.Put(bp)
 	return n, nil
-}
-
-// fill takes the IDs as the NATS service does: snowflakes at once, segments from memory
-// or, when the tag's segment is being loaded, waiting at most WaitMax.
-func (s *Server) fill(ctx context.Context, kind wire.Kind, tag string, ids []int64) error {
-	if kind == wire.Snowflake {
-		if s.cfg.Snowflakes == nil {
-			return fmt.Errorf("%w: snowflake IDs are not configured on this dispenser", wire.ErrUnavailable)
-		}
-		return s.cfg.Snowflakes.Fill(ids)
-	}
-	if s.cfg.Segments == nil {
-		return fmt.Errorf("%w: segment IDs are not configured on this dispenser", wire.ErrUnavailable)
-	}
-	if ok, err := s.cfg.Segments.TryFill(tag, ids); err != nil || ok {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.WaitMax)
-	defer cancel()
-	err := s.cfg.Segments.Fill(wctx, tag, ids)
-	if err != nil && wctx.Err() != nil && !errors.Is(err, segment.ErrUnavailable) && !errors.Is(err, segment.ErrTagNotFound) {
-		err = fmt.Errorf("%w: no segment for %q within %v: %w", wire.ErrUnavailable, tag, s.cfg.WaitMax, err)
-	}
-	return err
 }
 
 // serveDecode answers Leaf's /decodeSnowflakeId JSON. Leaf builds it in a HashMap and
@@ -162,7 +134,7 @@ func (s *Server) serveDecode(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	if err != nil {
 		var desc string
-		code, desc = service.CodeOf(err)
+		code, desc = core.CodeOf(err)
 		writeError(w, code, desc)
 	} else {
 		writeBody(w, contentJSON, body)
@@ -182,7 +154,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.cfg.Layout.Decode(id)
+	d, err := s.cfg.Core.Decode(id)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/segment"
 )
@@ -29,7 +30,8 @@ func leafServer(tb testing.TB, loc *time.Location) string {
 	segs, _ := newSegments(tb, tags...)
 	sf, _ := newSnowflakes(tb, 3)
 	cfg := httpapi.DefaultConfig()
-	cfg.Segments, cfg.Snowflakes, cfg.Location = segs, sf, loc
+	cfg.Core = coreOf(tb, func(c *core.Config) { c.Segments, c.Snowflakes = segs, sf })
+	cfg.Location = loc
 	_, addr := startServer(tb, cfg)
 	return addr
 }

@@ -6,6 +6,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/metrics"
@@ -51,7 +52,8 @@ func TestHTTPRequestsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := httpapi.DefaultConfig()
-	cfg.Segments, cfg.Snowflakes, cfg.Metrics, cfg.Location = segs, sf, m, time.UTC
+	cfg.Core = coreOf(t, func(c *core.Config) { c.Segments, c.Snowflakes = segs, sf })
+	cfg.Metrics, cfg.Location = m, time.UTC
 	_, addr := startServer(t, cfg)
 	url := "http://" + addr
 	for range 3 {

@@ -28,8 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leafbus/leafbus/metrics"
-	"github.com/leafbus/leafbus/snowflake"
-	"github.com/leafbus/leafbus/wire"
 )
 
 // DefaultAddr is --http's default, Leaf's port on loopback.
@@ -44,21 +42,15 @@ var ErrDefaultTaken = errors.New("the default HTTP address is in use; serving wi
 // defaults of DefaultConfig; nil sources leave their part out (a nil generator answers
 // 503, as in the NATS service).
 type Config struct {
-	Version  string           // shown on the status page
-	MaxBatch int              // largest ?count=, as --max-batch (10000)
-	Layout   snowflake.Layout // decodes snowflake IDs, as the NATS decode endpoint
+	Version string // shown on the status page
+	// Core is what every request means (package core's *Core): the same routing, waits
+	// and error table as the NATS face.
+	Core Core
 	// Location is the time zone of decodeSnowflakeId's time. Leaf formats it with a
 	// SimpleDateFormat that keeps the JVM's default zone, the host's local zone, so nil
 	// means time.Local, which Go reads from TZ and /etc/localtime the same way.
 	Location *time.Location
-	// WaitMax bounds how long a segment request waits for a segment being loaded (the
-	// NATS service's WaitMax).
-	WaitMax time.Duration
-
-	Segments   SegmentSource
-	Snowflakes SnowflakeSource
-	Batches    Batches // ready-made replies of pools; nil: none
-	Metrics    Metrics // /metrics and the request counters; nil: /metrics is 404
+	Metrics  Metrics // /metrics and the request counters; nil: /metrics is 404
 
 	Readiness Readiness // /readyz; nil: never ready
 	// BeatMaxAge is how old the last clock record may be for /readyz (heartbeat fresh);
@@ -74,7 +66,7 @@ type Config struct {
 	MaxInFlight       int
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration // must exceed WaitMax: a waiting request still answers
+	WriteTimeout      time.Duration // must exceed the core's WaitMax: a waiting request still answers
 	IdleTimeout       time.Duration
 	MaxHeaderBytes    int
 	ShutdownTimeout   time.Duration // how long Run waits for requests in progress at the end
@@ -87,9 +79,6 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Version:           "1.0.0",
-		MaxBatch:          wire.DefaultMaxBatch,
-		Layout:            snowflake.DefaultLayout(),
-		WaitMax:           2 * time.Second,
 		BeatMaxAge:        10 * time.Second,
 		ClockBehindMax:    5 * time.Millisecond,
 		MaxInFlight:       256,
@@ -103,15 +92,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills the zero durations and limits from DefaultConfig; a zero Layout
-// is Leaf's.
+// withDefaults fills the zero durations and limits from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Layout == (snowflake.Layout{}) {
-		c.Layout = d.Layout
-	}
 	for _, f := range []struct{ v, def *time.Duration }{
-		{&c.WaitMax, &d.WaitMax}, {&c.BeatMaxAge, &d.BeatMaxAge}, {&c.ClockBehindMax, &d.ClockBehindMax},
+		{&c.BeatMaxAge, &d.BeatMaxAge}, {&c.ClockBehindMax, &d.ClockBehindMax},
 		{&c.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&c.ReadTimeout, &d.ReadTimeout},
 		{&c.WriteTimeout, &d.WriteTimeout}, {&c.IdleTimeout, &d.IdleTimeout},
 		{&c.ShutdownTimeout, &d.ShutdownTimeout}, {&c.Status.Refresh, &d.Status.Refresh},
@@ -122,7 +107,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	for _, f := range []struct{ v, def *int }{
-		{&c.MaxBatch, &d.MaxBatch}, {&c.MaxInFlight, &d.MaxInFlight},
+		{&c.MaxInFlight, &d.MaxInFlight},
 		{&c.MaxHeaderBytes, &d.MaxHeaderBytes}, {&c.Status.MaxTags, &d.Status.MaxTags},
 	} {
 		if *f.v == 0 {
@@ -134,17 +119,14 @@ func (c Config) withDefaults() Config {
 
 // Validate names the field, value and bound of the first bad setting.
 func (c Config) Validate() error {
-	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
-		return fmt.Errorf("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
-	}
-	if err := c.Layout.Validate(); err != nil {
-		return err
+	if c.Core == nil {
+		return errors.New("http: config: Core is required")
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{
-		{"WaitMax", c.WaitMax}, {"BeatMaxAge", c.BeatMaxAge}, {"ReadHeaderTimeout", c.ReadHeaderTimeout},
+		{"BeatMaxAge", c.BeatMaxAge}, {"ReadHeaderTimeout", c.ReadHeaderTimeout},
 		{"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout}, {"IdleTimeout", c.IdleTimeout},
 		{"ShutdownTimeout", c.ShutdownTimeout}, {"Status.Refresh", c.Status.Refresh},
 		{"Status.FetchTimeout", c.Status.FetchTimeout},
@@ -153,8 +135,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("http %s %v: want > 0", d.name, d.v)
 		}
 	}
-	if c.WriteTimeout <= c.WaitMax {
-		return fmt.Errorf("http WriteTimeout %v must exceed WaitMax %v, or a request waiting for a segment cannot answer", c.WriteTimeout, c.WaitMax)
+	if wait := c.Core.WaitMax(); c.WriteTimeout <= wait {
+		return fmt.Errorf("http WriteTimeout %v must exceed the core's WaitMax %v, or a request that waits cannot answer", c.WriteTimeout, wait)
 	}
 	if c.ClockBehindMax < 0 {
 		return fmt.Errorf("http ClockBehindMax %v: want >= 0", c.ClockBehindMax)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/metrics"
@@ -94,7 +95,8 @@ func TestInFlightBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := httpapi.DefaultConfig()
-	cfg.MaxInFlight, cfg.Segments, cfg.Metrics = 1, segs, m
+	cfg.Core = coreOf(t, func(c *core.Config) { c.Segments = segs })
+	cfg.MaxInFlight, cfg.Metrics = 1, m
 	_, addr := startServer(t, cfg)
 	url := "http://" + addr
 	first := asyncGet(t, url+"/api/segment/get/orders")
@@ -126,7 +128,8 @@ func TestInFlightBound(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	segs := newBlockingSegments()
 	cfg := httpapi.DefaultConfig()
-	cfg.Segments, cfg.Logger = segs, testutil.Logger(t)
+	cfg.Core = coreOf(t, func(c *core.Config) { c.Segments = segs })
+	cfg.Logger = testutil.Logger(t)
 	srv, err := httpapi.New("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -162,10 +165,10 @@ func TestGracefulShutdown(t *testing.T) {
 // naming the wait, as over NATS.
 func TestSegmentWaitIsBounded(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
-	cfg.Segments, cfg.WaitMax = newBlockingSegments(), 50*time.Millisecond
+	cfg.Core = coreOf(t, func(c *core.Config) { c.Segments, c.WaitMax = newBlockingSegments(), 50*time.Millisecond })
 	_, addr := startServer(t, cfg)
 	status, body := get(t, "http://"+addr+"/api/segment/get/orders")
-	want := "unavailable: no segment for \"orders\" within 50ms: context deadline exceeded\n"
+	want := "unavailable: no IDs of \"orders\" within 50ms: context deadline exceeded\n"
 	if status != http.StatusServiceUnavailable || body != want {
 		t.Errorf("GET: %d %q, want 503 %q", status, body, want)
 	}
@@ -254,7 +257,7 @@ func TestListenRule(t *testing.T) {
 // TestCloseWithoutRun: Close gives back the port Listen bound though Run never served
 // on it (a dispenser whose start failed later), and a Run after Close fails.
 func TestCloseWithoutRun(t *testing.T) {
-	srv, err := httpapi.New("127.0.0.1:0", httpapi.Config{})
+	srv, err := httpapi.New("127.0.0.1:0", httpapi.Config{Core: coreOf(t, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,13 +286,14 @@ func TestConfigValidate(t *testing.T) {
 		change func(*httpapi.Config)
 		want   string
 	}{
-		{"WriteTimeoutBelowWaitMax", func(c *httpapi.Config) { c.WriteTimeout = c.WaitMax }, "WriteTimeout 2s must exceed WaitMax 2s"},
-		{"MaxBatch", func(c *httpapi.Config) { c.MaxBatch = wire.MaxBatchLimit + 1 }, "--max-batch 1000001"},
+		{"WriteTimeoutBelowWaitMax", func(c *httpapi.Config) { c.WriteTimeout = 2 * time.Second }, "WriteTimeout 2s must exceed the core's WaitMax 2s"},
+		{"NoCore", func(c *httpapi.Config) { c.Core = nil }, "Core is required"},
 		{"NegativeTimeout", func(c *httpapi.Config) { c.ReadHeaderTimeout = -time.Second }, "ReadHeaderTimeout -1s"},
 		{"MaxInFlight", func(c *httpapi.Config) { c.MaxInFlight = -1 }, "MaxInFlight -1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := httpapi.DefaultConfig()
+			cfg.Core = coreOf(t, nil)
 			c.change(&cfg)
 			if _, err := httpapi.New("127.0.0.1:0", cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("New = %v, want an error containing %q", err, c.want)
@@ -301,7 +305,7 @@ func TestConfigValidate(t *testing.T) {
 // TestZeroConfigTakesDefaults: a Config with only sources set serves with the defaults.
 func TestZeroConfigTakesDefaults(t *testing.T) {
 	sf, _ := newSnowflakes(t, 9)
-	_, addr := startServer(t, httpapi.Config{Snowflakes: sf})
+	_, addr := startServer(t, httpapi.Config{Core: coreOf(t, func(c *core.Config) { c.Snowflakes = sf })})
 	if status, body := get(t, "http://"+addr+"/api/snowflake/get/a?count=10000"); status != 200 || strings.Count(body, "\n") != 9999 {
 		t.Errorf("GET count=10000 with a zero Config: %d, %d lines, want 200 and the default max batch", status, strings.Count(body, "\n")+1)
 	}
@@ -310,8 +314,10 @@ func TestZeroConfigTakesDefaults(t *testing.T) {
 // TestBatchesServeHTTPToo: a ready-made reply of a pool is answered as it is.
 func TestBatchesServeHTTPToo(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
-	cfg.Batches = fixedBatch{kind: wire.Segment, tag: "orders", n: 3, reply: []byte("7\n8\n9")}
-	cfg.Segments = newBlockingSegments() // would block: the pool must answer
+	cfg.Core = coreOf(t, func(c *core.Config) {
+		c.Batches = fixedBatch{kind: wire.Segment, tag: "orders", n: 3, reply: []byte("7\n8\n9")}
+		c.Segments = newBlockingSegments() // would block: the pool must answer
+	})
 	_, addr := startServer(t, cfg)
 	if status, body := get(t, "http://"+addr+"/api/segment/get/orders?count=3"); status != 200 || body != "7\n8\n9" {
 		t.Errorf("GET count=3 with a ready batch: %d %q, want 200 \"7\\n8\\n9\"", status, body)

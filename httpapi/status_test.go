@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
@@ -149,7 +150,8 @@ func statusServer(tb testing.TB) (addr string) {
 		tb.Fatal(err)
 	}
 	cfg := httpapi.DefaultConfig()
-	cfg.Version, cfg.Segments, cfg.Snowflakes, cfg.Metrics = "1.4.0", segs, sf, m
+	cfg.Core = coreOf(tb, func(c *core.Config) { c.Segments, c.Snowflakes = segs, sf })
+	cfg.Version, cfg.Metrics = "1.4.0", m
 	cfg.Readiness = httpapi.ReadinessFunc(func() httpapi.Health {
 		return httpapi.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
 	})

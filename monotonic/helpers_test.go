@@ -15,9 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
-	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -53,7 +54,7 @@ type node struct {
 	svcNC *nats.Conn
 	gen   *segment.Generator
 	mgr   *Manager
-	svc   *service.Service
+	svc   *bus.Service
 
 	stopOnce sync.Once
 	killed   bool
@@ -94,7 +95,7 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	cfg := DefaultConfig()
 	cfg.Prefix, cfg.NodeID, cfg.Conn, cfg.JetStream, cfg.Replicas = e.prefix, name, n.nc, js, e.replicas
 	cfg.Segments, cfg.LeaseTTL, cfg.RenewInterval = n.gen, e.ttl, e.renew
-	cfg.CodeOf = service.CodeOf
+	cfg.CodeOf = core.CodeOf
 	cfg.FoldCase = e.mysqlDSN != ""
 	cfg.Logger = e.logger(name, "monotonic")
 	if tweak != nil {
@@ -117,12 +118,18 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 			}
 		}()
 	}
-	svcCfg := service.DefaultConfig()
-	svcCfg.Prefix, svcCfg.Segments, svcCfg.Tags, svcCfg.Monotonic = e.prefix, n.gen, store, n.mgr
+	cc := core.DefaultConfig()
+	cc.Segments, cc.Tags, cc.Monotonic = n.gen, store, n.mgr
+	c, err := core.New(cc)
+	if err != nil {
+		t.Fatalf("%s: core.New: %v", name, err)
+	}
+	svcCfg := bus.DefaultConfig()
+	svcCfg.Prefix, svcCfg.Core = e.prefix, c
 	svcCfg.Logger = e.logger(name, "service")
 	n.svcNC = e.connect(urls, name+"-service")
-	if n.svc, err = service.New(n.svcNC, svcCfg); err != nil {
-		t.Fatalf("%s: service.New: %v", name, err)
+	if n.svc, err = bus.New(n.svcNC, svcCfg); err != nil {
+		t.Fatalf("%s: bus.New: %v", name, err)
 	}
 	t.Cleanup(n.stop)
 	for _, ready := range []<-chan struct{}{n.gen.Ready(), n.mgr.Ready()} {

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
-	"github.com/leafbus/leafbus/service"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -19,7 +20,7 @@ import (
 
 // e2eDispenser is a dispenser as cmd/dispenser wires it, minus the worker-ID and clock
 // machinery: a real segment.Generator on an in-memory store, a real snowflake.Generator,
-// pools in front of both, and a service.Service on a real NATS server.
+// pools in front of both, and a bus.Service on a real NATS server.
 type e2eDispenser struct {
 	nats    *testenv.NATS
 	batches *pools.Batches
@@ -67,11 +68,17 @@ func startE2E(tb testing.TB, specs []pools.Spec) *e2eDispenser {
 	}
 	testutil.Run(tb, "Batches.Run", batches.Run)
 
-	cfg := service.DefaultConfig()
-	cfg.Segments, cfg.Snowflakes, cfg.Batches = segs, sfs, batches
-	svc, err := service.New(ns.Connect(tb), cfg)
+	cc := core.DefaultConfig()
+	cc.Segments, cc.Snowflakes, cc.Batches = segs, sfs, batches
+	c, err := core.New(cc)
 	if err != nil {
-		tb.Fatalf("service.New: %v", err)
+		tb.Fatalf("core.New: %v", err)
+	}
+	cfg := bus.DefaultConfig()
+	cfg.Core = c
+	svc, err := bus.New(ns.Connect(tb), cfg)
+	if err != nil {
+		tb.Fatalf("bus.New: %v", err)
 	}
 	tb.Cleanup(func() {
 		if err := svc.Stop(); err != nil {
@@ -177,7 +184,7 @@ func TestEndToEndUnique(t *testing.T) {
 }
 
 // BenchmarkRequest1000 is one request/reply of 1000 segment IDs over NATS through a
-// real service.Service, pooled or made per request, in each encoding.
+// real bus.Service, pooled or made per request, in each encoding.
 func BenchmarkRequest1000(b *testing.B) {
 	d := startE2E(b, []pools.Spec{{Kind: wire.Segment, Tag: "orders", Size: 1000, Depth: 256}})
 	for _, bc := range []struct {

@@ -14,4 +14,4 @@
 // not an inbox, since a reply is a publish with the dispenser's own rights. CodeOf's
 // table is the one place that turns the packages' errors into wire codes; an error it
 // does not know is a 500, logged in full and generic on the wire.
-package service
+package bus

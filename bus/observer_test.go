@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/testenv"
@@ -83,7 +84,8 @@ func TestObserver(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	rec := &recorder{}
 	cfg := DefaultConfig()
-	cfg.Segments, cfg.Observer = &countingSegments{}, rec
+	cfg.Core = newCore(t, func(c *core.Config) { c.Segments = &countingSegments{} })
+	cfg.Observer = rec
 	cfg.Metadata = map[string]string{"node_id": "n1", "worker_id": "7", "max_batch": "1"}
 	svc, err := New(ns.Connect(t), cfg)
 	if err != nil {
@@ -142,7 +144,8 @@ func BenchmarkHandleIDs(b *testing.B) {
 	}{{"Unobserved", nil}, {"Metrics", m}} {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := DefaultConfig()
-			cfg.Segments, cfg.Observer = &countingSegments{}, c.observer
+			cfg.Core = newCore(b, func(cc *core.Config) { cc.Segments = &countingSegments{} })
+			cfg.Observer = c.observer
 			svc, err := New(ns.Connect(b), cfg)
 			if err != nil {
 				b.Fatal(err)

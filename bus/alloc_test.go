@@ -1,10 +1,11 @@
-package service
+package bus
 
 import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/snowflake"
@@ -14,7 +15,7 @@ import (
 
 // TestReplyAllocatesNothing: an ID request answered on the delivery goroutine (the
 // guard, parsing, the IDs, encoding, the publish, the counts and the Prometheus metrics
-// a dispenser observes it with; for an ordinary and a monotonic tag) allocates nothing; what
+// a dispenser observes it with) allocates nothing; what
 // nats.go allocates to deliver the request (the message, its subject and reply strings,
 // a header map) is before it and the same for any responder.
 func TestReplyAllocatesNothing(t *testing.T) {
@@ -31,9 +32,8 @@ func TestReplyAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
-	cfg.Segments, cfg.Snowflakes, cfg.Observer = &countingSegments{}, sfs, m
-	mono := &fakeMonotonic{marks: map[string]bool{"ordered": true}, inMemory: true}
-	cfg.Monotonic = mono
+	cfg.Core = newCore(t, func(c *core.Config) { c.Segments, c.Snowflakes = &countingSegments{}, sfs })
+	cfg.Observer = m
 	svc, err := New(ns.Connect(t), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -52,31 +52,29 @@ func TestReplyAllocatesNothing(t *testing.T) {
 		}
 		return total
 	}
-	monoServed := func() int64 { mono.mu.Lock(); defer mono.mu.Unlock(); return mono.next }
 	for _, tt := range []struct {
 		name, endpoint string
 		msg            *nats.Msg
 		ids            uint64 // per request; 0: refused by the reply guard, unanswered
-		monotonic      bool   // served by the monotonic path, not the buffers
 	}{
-		{"OK/Segment", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a"}, 1, false},
-		{"OK/Segment10", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Data: []byte("10")}, 10, false},
-		{"OK/SegmentBinary", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Header: binary}, 1, false},
-		{"OK/Monotonic", "segment", &nats.Msg{Subject: "leaf.segment.ordered", Reply: "_INBOX.a"}, 1, true},
-		{"OK/Snowflake", "snowflake", &nats.Msg{Subject: "leaf.snowflake.any", Reply: "_INBOX.a"}, 1, false},
-		{"OK/RefusedReply", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "$KV.x"}, 0, false},
+		{"OK/Segment", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a"}, 1},
+		{"OK/Segment10", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Data: []byte("10")}, 10},
+		{"OK/SegmentBinary", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "_INBOX.a", Header: binary}, 1},
+		{"OK/Snowflake", "snowflake", &nats.Msg{Subject: "leaf.snowflake.any", Reply: "_INBOX.a"}, 1},
+		{"OK/RefusedReply", "segment", &nats.Msg{Subject: "leaf.segment.orders", Reply: "$KV.x"}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := svc.endpoint(tt.endpoint)
 			deliver := svc.deliver(e)
-			before, refused, served := natsTotals(), e.refused.Load(), monoServed()
+			before, refused := natsTotals(), e.refused.Load()
 			deliver(tt.msg) // the scratch space grows once
 			const runs = 1000
 			if n := testing.AllocsPerRun(runs, func() { deliver(tt.msg) }); n != 0 {
 				t.Fatalf("%s: %v allocations per request, want 0", tt.msg.Subject, n)
 			}
 			// What was measured is the work itself: every request answered with its IDs
-			// (or refused), none with an error, each by the path its tag takes.
+			// (or refused), none with an error. (Every path the core takes from memory,
+			// the monotonic tags' included, is core.TestTakeAllocatesNothing's.)
 			const requests = runs + 2 // the first delivery and AllocsPerRun's warm-up
 			after := natsTotals()
 			if got, want := after.IDs-before.IDs, requests*tt.ids; got != want || after.Errors != before.Errors {
@@ -86,9 +84,6 @@ func TestReplyAllocatesNothing(t *testing.T) {
 				if got := e.refused.Load() - refused; got != requests || after.Requests != before.Requests {
 					t.Errorf("%d requests with a foreign reply subject: %d refused, %d answered; want all refused", requests, got, after.Requests-before.Requests)
 				}
-			}
-			if got := monoServed() - served; tt.monotonic != (got == requests) || (!tt.monotonic && got != 0) {
-				t.Errorf("the monotonic path served %d of %d requests (monotonic tag: %v)", got, requests, tt.monotonic)
 			}
 		})
 	}

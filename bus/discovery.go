@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"encoding/json"
@@ -129,14 +129,15 @@ func (s *Service) endpointStats(e *endpoint) any {
 	if n := s.verbsRefused.Load(); n > 0 {
 		data["refused_control_replies"] = n // $SRV requests: the service's, shown with each endpoint
 	}
-	if c := e.counters; c != nil {
-		data["ids_issued"] = c.idsIssued.Load()
-		data["pooled_replies"] = c.pooled.Load()
-		data["waited"] = c.waited.Load()
-		data["wait_errors"] = c.waitErrors.Load()
-		data["overloaded"] = c.overloaded.Load()
-		if v, _ := c.lastErrText.Load().(string); v != "" {
-			data["last_unavailable"] = v
+	if e.isIDs { // the core's figures, over every face
+		st := s.core.Stats(e.kind)
+		data["ids_issued"] = st.IDsIssued
+		data["pooled_replies"] = st.Pooled
+		data["waited"] = st.Waited
+		data["wait_errors"] = st.WaitErrors
+		data["overloaded"] = st.Overloaded
+		if st.LastUnavailable != "" {
+			data["last_unavailable"] = st.LastUnavailable
 		}
 	}
 	if s.cfg.Stats != nil {

@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
@@ -43,7 +44,7 @@ func startGuardedService(t *testing.T) (*testenv.NATS, *nats.Conn, *Service) {
 		t.Fatalf("snowflake.New: %v", err)
 	}
 	cfg := DefaultConfig()
-	cfg.Segments, cfg.Snowflakes, cfg.Tags = segs, sfs, store
+	cfg.Core = newCore(t, func(c *core.Config) { c.Segments, c.Snowflakes, c.Tags = segs, sfs, store })
 	svc, err := New(ns.Connect(t), cfg)
 	if err != nil {
 		t.Fatalf("service.New: %v", err)
@@ -158,7 +159,7 @@ func TestReplyGuardDropsForbiddenTargets(t *testing.T) {
 		t.Errorf("segment endpoint stats %v: want refused_replies %d", st, len(targets))
 	}
 	// The update asked with forbidden replies never ran: each was dropped before it.
-	tags, err := svc.cfg.Tags.Tags(ctx)
+	tags, err := svc.core.ListTags(ctx)
 	if err != nil || len(tags) != 1 || tags[0].Step != 1000 {
 		t.Errorf("tags after dropped updates: %+v, %v; want orders with step 1000", tags, err)
 	}

@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"encoding/json"

@@ -1,10 +1,10 @@
-package service
+package bus
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/segment"
 )
 
@@ -25,10 +25,10 @@ func FuzzAdminBodies(f *testing.F) {
 		if _, err := store.AddTag(ctx, segment.Tag{Name: "orders", Step: 10, MaxID: 1}); err != nil {
 			t.Fatal(err)
 		}
-		s := &Service{cfg: Config{Tags: store}, logger: slog.New(slog.DiscardHandler)}
+		s := adminService(t, store)
 		for name, call := range map[string]func(context.Context, []byte) (any, error){"add": s.addTag, "update": s.updateTag} {
 			if _, err := call(ctx, body); err != nil {
-				if code, _ := CodeOf(err); code == 500 {
+				if code, _ := core.CodeOf(err); code == 500 {
 					t.Fatalf("%s %q: %v answers 500", name, body, err)
 				}
 			}

@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"sync/atomic"
@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
@@ -43,7 +44,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := DefaultConfig()
-	cfg.Segments, cfg.Snowflakes = &countingSegments{}, sfs
+	cfg.Core = newCore(b, func(c *core.Config) { c.Segments, c.Snowflakes = &countingSegments{}, sfs })
 	svc, err := New(ns.Connect(b), cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"strconv"
@@ -29,7 +29,8 @@ type endpoint struct {
 	name, subject string
 	handle        handler
 	sub           *nats.Subscription
-	counters      *endpointCounters // the ID endpoints' own figures ($SRV.STATS data); nil for the others
+	kind          wire.Kind // of an ID endpoint, whose core figures its $SRV.STATS data shows
+	isIDs         bool      // an ID endpoint
 
 	requests atomic.Uint64 // every request delivered, counted once handled
 	errors   atomic.Uint64 // error replies sent, and requests NATS dropped (slow consumer)

@@ -1,10 +1,10 @@
-package service
+package bus
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -17,7 +17,7 @@ func TestUpdateTagMaxID(t *testing.T) {
 	if _, err := store.AddTag(ctx, segment.Tag{Name: "orders", Step: 10, MaxID: 100}); err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{cfg: Config{Tags: store}, logger: slog.New(slog.DiscardHandler)}
+	s := adminService(t, store)
 	for _, tt := range []struct {
 		name, body string
 		wantCode   int
@@ -34,7 +34,7 @@ func TestUpdateTagMaxID(t *testing.T) {
 			v, err := s.updateTag(ctx, []byte(tt.body))
 			code := 0
 			if err != nil {
-				code, _ = CodeOf(err)
+				code, _ = core.CodeOf(err)
 			}
 			if code != tt.wantCode {
 				t.Fatalf("update %s = %v, %v (code %d); want code %d", tt.body, v, err, code, tt.wantCode)

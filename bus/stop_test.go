@@ -1,4 +1,4 @@
-package service
+package bus
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -35,8 +36,9 @@ func (s *slowSegments) Fill(ctx context.Context, _ string, dst []int64) error {
 func TestStopAnswersEveryDeliveredRequest(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	src := &slowSegments{release: make(chan struct{})}
+	coreCfg := func(c *core.Config) { c.Segments, c.WaitMax = src, 2*time.Second }
 	cfg := DefaultConfig()
-	cfg.Segments, cfg.WaitMax = src, 2*time.Second
+	cfg.Core = newCore(t, coreCfg)
 	svc, err := New(ns.Connect(t), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +67,9 @@ func TestStopAnswersEveryDeliveredRequest(t *testing.T) {
 		go ask(i)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for svc.segStats.waited.Load() < 100 {
+	for svc.core.Stats(wire.Segment).Waited < 100 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests waiting, want 100", svc.segStats.waited.Load())
+			t.Fatalf("%d requests waiting, want 100", svc.core.Stats(wire.Segment).Waited)
 		}
 		time.Sleep(time.Millisecond)
 	}
