@@ -1,9 +1,9 @@
-// Package service is the dispenser's NATS face: one service of the NATS service API (the
+// Package bus is the dispenser's NATS face: one service of the NATS service API (the
 // protocol of nats.go/micro, which `nats micro` and $SRV discovery read), named after the
 // prefix and in the queue group of the same name, whose endpoints hand out segment and
 // snowflake IDs, decode snowflake IDs and administer tags (PROTOCOL.md). Like micro's own
 // examples it describes the service as data, a list of endpoints whose handlers parse
-// with wire, call a generator and encode with wire.
+// with wire, ask package core what the request means, and encode with wire.
 //
 // The endpoints are plain queue subscriptions answering with plain publishes, and the
 // service answers $SRV PING, INFO and STATS itself with micro's types: micro's
@@ -11,7 +11,7 @@
 // dispenser's own work on the ID subjects, and an ID reply here allocates nothing.
 //
 // Every endpoint, and the $SRV answers, drop unanswered a request whose reply subject is
-// not an inbox, since a reply is a publish with the dispenser's own rights. CodeOf's
-// table is the one place that turns the packages' errors into wire codes; an error it
-// does not know is a 500, logged in full and generic on the wire.
+// not an inbox, since a reply is a publish with the dispenser's own rights. Errors are
+// answered through core.CodeOf, the one table of wire codes; an error it does not know
+// is a 500, logged in full and generic on the wire.
 package bus

@@ -47,7 +47,7 @@ func startGuardedService(t *testing.T) (*testenv.NATS, *nats.Conn, *Service) {
 	cfg.Core = newCore(t, func(c *core.Config) { c.Segments, c.Snowflakes, c.Tags = segs, sfs, store })
 	svc, err := New(ns.Connect(t), cfg)
 	if err != nil {
-		t.Fatalf("service.New: %v", err)
+		t.Fatalf("bus.New: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := svc.Stop(); err != nil {

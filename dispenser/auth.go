@@ -174,7 +174,7 @@ var ErrServiceRefused = errors.New("the NATS server refuses the service's subscr
 
 // checkServicePermissions fails the start when the server refused any of the service's
 // subscriptions: a refused subscription is reported asynchronously, so without this the
-// dispenser would run and every request would answer "no responders". service.New's
+// dispenser would run and every request would answer "no responders". bus.New's
 // round trip has brought the refusal in by now.
 func (d *Dispenser) checkServicePermissions(nc *nats.Conn) error {
 	err := nc.LastError()

@@ -1,12 +1,12 @@
 // Package httpapi is the dispenser's HTTP face (PROTOCOL.md "HTTP"): Leaf's HTTP API as
 // a drop-in (/api/segment/get/{key}, /api/snowflake/get/{key}, /decodeSnowflakeId),
 // with ?count=N batches; Prometheus metrics; a server-rendered status page; and the
-// /healthz and /readyz probes. It serves from the same generators as the NATS service
-// and answers errors through the same table (service.CodeOf), so a rule is never
-// written twice.
+// /healthz and /readyz probes. Like the NATS face (package bus) it only parses and
+// encodes: what a request means, how long it may wait and which error it gets are
+// package core's, so a rule is never written twice.
 //
-// Like the NATS service it is a library the dispenser mounts: New takes the listen
-// address and a Config of small interfaces (the generators, the stats sources, the
+// Like the NATS face it is a library the dispenser mounts: New takes the listen
+// address and a Config of small interfaces (the core, the stats sources, the
 // readiness), Listen binds the address by the rule PROTOCOL.md sets for --http, and Run
 // serves until its context ends, then shuts down gracefully. The http.Server has
 // timeouts on every phase, a header size limit and a bound on requests in progress

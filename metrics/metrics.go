@@ -25,7 +25,7 @@ import (
 type Observer interface {
 	// Observe records one answered request. transport is NATS or HTTP; kind is
 	// "segment", "snowflake" (wire.Kind's String) or KindDecode; code is 200 for
-	// success, else the error's code (service.CodeOf); seconds is how long the request
+	// success, else the error's code (core.CodeOf); seconds is how long the request
 	// took; ids how many IDs it handed out (0 for an error).
 	Observe(transport, kind string, code int, seconds float64, ids int)
 }

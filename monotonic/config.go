@@ -43,7 +43,7 @@ type Config struct {
 	// them apart (KV) they are two tags, and both are served.
 	FoldCase bool
 	// CodeOf turns the error a leader answers a forwarded request with into a wire code
-	// and the text to send (service.CodeOf, the one table of codes: a 500 hides its
+	// and the text to send (core.CodeOf, the one table of codes: a 500 hides its
 	// details, which the leader logs). Required.
 	CodeOf func(error) (code int, description string)
 

@@ -65,7 +65,7 @@ type Config struct {
 }
 
 // Batches keeps pre-filled replies per (kind, tag) and hands each one out once: it is
-// the service.Batches of package service. A request is answered from a pool only when it asks
+// core.Batches of package core. A request is answered from a pool only when it asks
 // for exactly the pool's Size IDs; any other count (and any kind and tag without a
 // pool) gets ok=false and goes the service's normal path.
 //
