@@ -333,8 +333,8 @@ func readDocNames(doc string) docNames {
 	n := docNames{subjects: map[string]bool{}, srv: map[string]bool{}, headers: map[string]bool{}, words: map[string]bool{}}
 	norm := func(s string) string { return docPlaceholder.ReplaceAllString(s, "*") }
 	for _, m := range docSubject.FindAllStringSubmatch(doc, -1) {
-		if s := m[1]; notSubjects[s] == "" {
-			n.subjects[norm(s)] = true
+		if _, skip := notSubjects[m[1]]; !skip {
+			n.subjects[norm(m[1])] = true
 		}
 	}
 	for _, s := range docSRVSubject.FindAllString(doc, -1) {
