@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/leafbus/leafbus/snowflake"
 	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // TimeResponder answers <prefix>.time with this node's clock as Unix ms in decimal, and
@@ -17,6 +19,7 @@ import (
 type TimeResponder struct {
 	nc      *nats.Conn
 	subject string
+	replies wire.Subjects // whose ReplyAllowed decides where an answer may go
 	nodeID  string
 	clock   snowflake.Clock
 	log     *slog.Logger
@@ -45,7 +48,7 @@ func NewTimeResponder(nc *nats.Conn, prefix, nodeID string, clock snowflake.Cloc
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &TimeResponder{nc: nc, subject: TimeSubject(prefix), nodeID: nodeID, clock: clock, log: logger}, nil
+	return &TimeResponder{nc: nc, subject: TimeSubject(prefix), replies: wire.Subjects{Prefix: prefix}, nodeID: nodeID, clock: clock, log: logger}, nil
 }
 
 // Start subscribes and returns once the server has the subscription, so a peer check
@@ -88,8 +91,11 @@ func (r *TimeResponder) Run(ctx context.Context) error {
 	return nil
 }
 
+// answer answers m, unless its reply subject is not an inbox: an answer is a publish with
+// this dispenser's rights, so one aimed at $KV.…, $JS.… or the deployment's own subjects
+// is dropped, as every endpoint of the service drops it (wire's reply rule).
 func (r *TimeResponder) answer(m *nats.Msg) {
-	if m.Reply == "" {
+	if !r.replies.ReplyAllowed(m.Reply) {
 		return
 	}
 	reply := nats.NewMsg(m.Reply)

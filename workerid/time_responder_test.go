@@ -59,3 +59,24 @@ func TestNewTimeResponderValidates(t *testing.T) {
 	_, err = NewTimeResponder(env.nc, "leaf", "n1", nil, nil)
 	wantErrIs(t, "NewTimeResponder without a clock", err, ErrInvalidConfig)
 }
+
+// TestTimeResponderAnswersInboxesOnly: an answer is a publish with the dispenser's
+// rights, so a request whose reply subject is not an inbox ($KV..., the deployment's own
+// subjects) is dropped, as the service's endpoints drop it.
+func TestTimeResponderAnswersInboxesOnly(t *testing.T) {
+	env := startJS(t)
+	r, err := NewTimeResponder(env.srv.Connect(t), "acme", "p1", snowflake.NewFakeClock(t0), testutil.Logger(t))
+	must(t, "NewTimeResponder", err)
+	must(t, "Start", r.Start())
+	t.Cleanup(r.Stop)
+	for _, reply := range []string{"$KV.acme_scratch.k", "acme.not-an-inbox", "_INBOX.ok"} {
+		sub, err := env.nc.SubscribeSync(reply)
+		must(t, "SubscribeSync", err)
+		must(t, "PublishRequest", env.nc.PublishRequest("acme.time", reply, nil))
+		_, err = sub.NextMsg(300 * time.Millisecond)
+		if answered := err == nil; answered != (reply == "_INBOX.ok") {
+			t.Errorf("request with reply subject %s: answered %v, want %v", reply, answered, reply == "_INBOX.ok")
+		}
+		_ = sub.Unsubscribe()
+	}
+}
