@@ -35,8 +35,48 @@ func DefaultLayout() Layout {
 	return Layout{Epoch: leafEpoch, TimeBits: 41, WorkerBits: 10, SequenceBits: 12}
 }
 
+// The named layouts (--snowflake-layout). LayoutLeaf is Leaf's 1+41+10+12: 1024 worker
+// IDs, 4096 IDs per millisecond per worker, until 2080 with Leaf's epoch. LayoutJS53
+// keeps every ID at or below 2^53-1, which a JavaScript Number (a double) holds exactly:
+// 41 time bits (69 years from the epoch, so 2080 again), 5 worker bits (32 worker IDs)
+// and 7 sequence bits (128 IDs per millisecond per worker).
+const (
+	LayoutLeaf = "leaf"
+	LayoutJS53 = "js53"
+)
+
+// NamedLayout returns the layout called name (LayoutLeaf or LayoutJS53) with Leaf's epoch.
+func NamedLayout(name string) (Layout, error) {
+	switch name {
+	case LayoutLeaf:
+		return DefaultLayout(), nil
+	case LayoutJS53:
+		return Layout{Epoch: leafEpoch, TimeBits: 41, WorkerBits: 5, SequenceBits: 7}, nil
+	}
+	return Layout{}, fmt.Errorf("%w: snowflake layout %q: want %s or %s", ErrInvalidConfig, name, LayoutLeaf, LayoutJS53)
+}
+
+// Name is the name of l's bits (LayoutLeaf, LayoutJS53), whatever its epoch, or a
+// description of them ("43+8+12") for any other.
+func (l Layout) Name() string {
+	for _, name := range []string{LayoutLeaf, LayoutJS53} {
+		if n, _ := NamedLayout(name); n.TimeBits == l.TimeBits && n.WorkerBits == l.WorkerBits && n.SequenceBits == l.SequenceBits {
+			return name
+		}
+	}
+	return fmt.Sprintf("%d+%d+%d", l.TimeBits, l.WorkerBits, l.SequenceBits)
+}
+
+// Bits is how many bits an ID of l has: 63, or fewer when the top bits stay 0 (53 for
+// LayoutJS53).
+func (l Layout) Bits() int { return l.TimeBits + l.WorkerBits + l.SequenceBits }
+
+// MaxID is the largest ID l can encode, 2^Bits()-1.
+func (l Layout) MaxID() int64 { return int64(1)<<l.Bits() - 1 }
+
 // Validate reports, wrapping [ErrInvalidConfig], the first thing wrong with l: a part of
-// fewer than 1 bit, parts not summing to 63 bits, or an epoch before 1970 or so late that
+// fewer than 1 bit, parts summing to more than 63 bits (an ID must stay a positive int64;
+// fewer leave the top bits 0, as LayoutJS53 does), or an epoch before 1970 or so late that
 // the last encodable timestamp would not fit in an int64.
 func (l Layout) Validate() error {
 	for _, f := range []struct {
@@ -47,10 +87,10 @@ func (l Layout) Validate() error {
 			return fmt.Errorf("%w: layout %s is %d, must be at least 1", ErrInvalidConfig, f.name, f.bits)
 		}
 	}
-	// Each part is at least 1, so a sum of 63 keeps each part at 61 or less and no shift
-	// below overflows.
-	if sum := l.TimeBits + l.WorkerBits + l.SequenceBits; sum != idBits {
-		return fmt.Errorf("%w: layout bits sum to %d (TimeBits %d + WorkerBits %d + SequenceBits %d), must be %d",
+	// Each part is at least 1, so a sum of at most 63 keeps each part at 61 or less and
+	// no shift below overflows.
+	if sum := l.Bits(); sum > idBits {
+		return fmt.Errorf("%w: layout bits sum to %d (TimeBits %d + WorkerBits %d + SequenceBits %d), must be at most %d",
 			ErrInvalidConfig, sum, l.TimeBits, l.WorkerBits, l.SequenceBits, idBits)
 	}
 	if l.Epoch < 0 {
@@ -75,14 +115,17 @@ func (l Layout) MaxTimestamp() int64 { return l.Epoch + l.timeMask() }
 
 func (l Layout) timeMask() int64 { return 1<<l.TimeBits - 1 }
 
-// Decode takes id apart. It returns [ErrInvalidID] for id <= 0 and the validation error for
-// an invalid layout; every positive int64 decodes under a valid layout.
+// Decode takes id apart. It returns [ErrInvalidID] for id <= 0 or above MaxID, and the
+// validation error for an invalid layout; every other ID decodes.
 func (l Layout) Decode(id int64) (Decoded, error) {
 	if err := l.Validate(); err != nil {
 		return Decoded{}, err
 	}
 	if id <= 0 {
 		return Decoded{}, fmt.Errorf("%w: %d is not positive", ErrInvalidID, id)
+	}
+	if id > l.MaxID() {
+		return Decoded{}, fmt.Errorf("%w: %d is above %d, the largest ID of the %s layout", ErrInvalidID, id, l.MaxID(), l.Name())
 	}
 	return Decoded{
 		ID:        id,

@@ -2,6 +2,7 @@ package snowflake_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestLayoutValidate(t *testing.T) {
 		{name: "ErrInvalidConfig/timeBits", layout: snowflake.Layout{Epoch: 1, TimeBits: 0, WorkerBits: 51, SequenceBits: 12}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "TimeBits is 0"},
 		{name: "ErrInvalidConfig/workerBits", layout: snowflake.Layout{Epoch: 1, TimeBits: 52, WorkerBits: -1, SequenceBits: 12}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "WorkerBits is -1, must be at least 1"},
 		{name: "ErrInvalidConfig/sequenceBits", layout: snowflake.Layout{Epoch: 1, TimeBits: 41, WorkerBits: 22, SequenceBits: 0}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "SequenceBits is 0"},
-		{name: "ErrInvalidConfig/sum62", layout: snowflake.Layout{Epoch: 1, TimeBits: 40, WorkerBits: 10, SequenceBits: 12}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "bits sum to 62 (TimeBits 40 + WorkerBits 10 + SequenceBits 12), must be 63"},
+		{name: "OK/sum62", layout: snowflake.Layout{Epoch: 1, TimeBits: 40, WorkerBits: 10, SequenceBits: 12}},
 		{name: "ErrInvalidConfig/sum64", layout: snowflake.Layout{Epoch: 1, TimeBits: 42, WorkerBits: 10, SequenceBits: 12}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "sum to 64"},
 		{name: "ErrInvalidConfig/negativeEpoch", layout: snowflake.Layout{Epoch: -1, TimeBits: 41, WorkerBits: 10, SequenceBits: 12}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "Epoch is -1, must be at least 0"},
 		{name: "ErrInvalidConfig/epochTooLate", layout: snowflake.Layout{Epoch: math.MaxInt64 - (1<<41 - 1) + 1, TimeBits: 41, WorkerBits: 10, SequenceBits: 12}, wantErr: snowflake.ErrInvalidConfig, wantMsg: "with 41 time bits"},
@@ -102,7 +103,7 @@ func TestLayoutDecode(t *testing.T) {
 		{name: "ErrInvalidID/zero", layout: def, id: 0, wantErr: snowflake.ErrInvalidID},
 		{name: "ErrInvalidID/negative", layout: def, id: -1 << 62, wantErr: snowflake.ErrInvalidID},
 		{name: "ErrInvalidID/minInt64", layout: def, id: math.MinInt64, wantErr: snowflake.ErrInvalidID},
-		{name: "ErrInvalidConfig/layout", layout: snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 11}, id: 1, wantErr: snowflake.ErrInvalidConfig},
+		{name: "ErrInvalidConfig/layout", layout: snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 13}, id: 1, wantErr: snowflake.ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,4 +122,59 @@ func TestDecodedTime(t *testing.T) {
 	if want := time.Date(2025, 11, 22, 5, 40, 0, 123e6, time.UTC); !got.Equal(want) || got.Location() != time.UTC {
 		t.Errorf("Time() = %v, want %v in UTC", got, want)
 	}
+}
+
+// TestNamedLayouts: leaf is Leaf's 41+10+12; js53 keeps every ID at or below 2^53-1 (the
+// largest integer a JavaScript Number holds exactly) for at least 50 years from its
+// epoch, and a generator on it never issues one above, even at its last millisecond;
+// names round-trip, and an unknown name is refused naming the two.
+func TestNamedLayouts(t *testing.T) {
+	leaf, err := snowflake.NamedLayout(snowflake.LayoutLeaf)
+	if err != nil || leaf != snowflake.DefaultLayout() || leaf.Name() != "leaf" || leaf.MaxID() != math.MaxInt64 {
+		t.Fatalf("NamedLayout(leaf) = %+v, %v (name %q, max %d); want Leaf's 41+10+12", leaf, err, leaf.Name(), leaf.MaxID())
+	}
+	js, err := snowflake.NamedLayout(snowflake.LayoutJS53)
+	if err != nil || js.Validate() != nil || js.Name() != "js53" {
+		t.Fatalf("NamedLayout(js53) = %+v, %v", js, err)
+	}
+	const maxSafe = 1<<53 - 1 // Number.MAX_SAFE_INTEGER
+	if js.MaxID() != maxSafe || js.Bits() != 53 {
+		t.Fatalf("js53 MaxID %d (%d bits), want %d", js.MaxID(), js.Bits(), int64(maxSafe))
+	}
+	if years := time.UnixMilli(js.MaxTimestamp()).Sub(time.UnixMilli(js.Epoch)).Hours() / 24 / 365.25; years < 50 {
+		t.Fatalf("js53 lasts %.1f years from its epoch, want at least 50", years)
+	}
+	if js.MaxWorkerID() != 31 || js.MaxSequence() != 127 {
+		t.Fatalf("js53: workers 0..%d, sequence 0..%d; want 0..31 and 0..127", js.MaxWorkerID(), js.MaxSequence())
+	}
+	// The last millisecond the layout encodes, the highest worker: the highest IDs it can
+	// issue are still safe.
+	clock := snowflake.NewFakeClock(time.UnixMilli(js.MaxTimestamp()))
+	g, err := snowflake.New(snowflake.Config{Layout: js, WorkerID: js.MaxWorkerID(), Clock: clock, DenseSequence: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, js.MaxSequence()+1)
+	if err := g.Fill(ids); err != nil {
+		t.Fatalf("Fill at js53's last millisecond: %v", err)
+	}
+	if last := ids[len(ids)-1]; last != maxSafe {
+		t.Fatalf("the last ID of js53's last millisecond is %d, want exactly 2^53-1", last)
+	}
+	if _, err := snowflake.NamedLayout("js"); err == nil || !strings.Contains(err.Error(), "leaf or js53") {
+		t.Fatalf("NamedLayout(js) = %v, want an error naming leaf and js53", err)
+	}
+	if got := (snowflake.Layout{TimeBits: 43, WorkerBits: 8, SequenceBits: 12}).Name(); got != "43+8+12" {
+		t.Fatalf("Name of an unnamed layout = %q, want 43+8+12", got)
+	}
+}
+
+// TestDecodeAboveLayout: an ID above a narrow layout's largest is no ID of it.
+func TestDecodeAboveLayout(t *testing.T) {
+	js, _ := snowflake.NamedLayout(snowflake.LayoutJS53)
+	if _, err := js.Decode(js.MaxID()); err != nil {
+		t.Fatalf("Decode(2^53-1) under js53: %v", err)
+	}
+	_, err := js.Decode(js.MaxID() + 1)
+	testutil.CheckErr(t, "Decode(2^53) under js53", err, snowflake.ErrInvalidID, "the largest ID of the js53 layout")
 }
