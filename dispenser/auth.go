@@ -117,17 +117,26 @@ func (c Config) checkAuth() []error {
 	return errs
 }
 
-// connect opens the connection named name with creds in place of the --user/--creds/...
-// credentials when creds are given: to --nats, or in process to the embedded server,
-// which checks credentials (and client certificates, with the TLS flags) exactly as it
-// does for TCP clients when --nats-config gives it users.
-func (d *Dispenser) connectAs(name string, creds Credentials) (*nats.Conn, error) {
+// connectAs opens the connection named name with creds in place of the
+// --user/--creds/... credentials when creds are given, and with extra options after the
+// configured ones: to --nats, or in process to the embedded server, which checks
+// credentials (and client certificates, with the TLS flags) exactly as it does for TCP
+// clients when --nats-config gives it users.
+func (d *Dispenser) connectAs(name string, creds Credentials, extra ...nats.Option) (*nats.Conn, error) {
 	conn := d.cfg.connConfig(name)
 	if creds.given() {
 		conn = creds.apply(conn)
 	}
 	if d.embedded == nil {
-		return conn.Connect(d.log)
+		opts, err := conn.Options(d.log)
+		if err != nil {
+			return nil, err
+		}
+		nc, err := nats.Connect(conn.URLs, append(opts, extra...)...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to NATS at %s: %w", client.RedactURLs(conn.URLs), err)
+		}
+		return nc, nil
 	}
 	// The URL only names the server (TLS checks its certificate against its host); the
 	// bytes go through a pipe. Its scheme stays nats://: the TLS flags, not a tls://
@@ -142,7 +151,8 @@ func (d *Dispenser) connectAs(name string, creds Credentials) (*nats.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(conn.URLs, append(opts, nats.InProcessServer(inProcessServer{d.embedded.srv}))...)
+	opts = append(append(opts, extra...), nats.InProcessServer(inProcessServer{d.embedded.srv}))
+	nc, err := nats.Connect(conn.URLs, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect in process to the embedded NATS server as %s: %w", d.describeCreds(creds), err)
 	}

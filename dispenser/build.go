@@ -83,9 +83,10 @@ func (d *Dispenser) startNATS(context.Context) error {
 }
 
 // connect opens a connection named name with the configured credentials: in process to
-// the embedded server, or to --nats (auth.go).
+// the embedded server, or to --nats (auth.go). A permissions violation on it while New
+// runs ends the start (startwait.go).
 func (d *Dispenser) connect(name string) (*nats.Conn, error) {
-	return d.connectAs(name, Credentials{})
+	return d.connectAs(name, Credentials{}, d.denied.option())
 }
 
 // openSegmentStore opens the configured store and creates the sample tag (with the KV

@@ -65,6 +65,7 @@ type Dispenser struct {
 	metrics       *metrics.Metrics // told of every answer, read by /metrics (http.go)
 	http          *httpapi.Server  // nil: HTTP off, or the default address was taken
 	peerRanges    peerRangeWatch   // the peers' worker-ID ranges, checked while Run runs (worker_range.go)
+	denied        deniedWatch      // permissions violations on nc while a step of New runs (startwait.go)
 
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer

@@ -75,11 +75,29 @@ func (d *Dispenser) checkMySQL(ctx context.Context) error {
 }
 
 // mysqlRefusals are the server's answers that no wait changes: wrong user or password
-// (1045), no access to the database (1044), no such database (1049).
-var mysqlRefusals = map[uint16]bool{1044: true, 1045: true, 1049: true}
+// (1045; 1698 without a password), no access to the database (1044), no such database
+// (1049), no privilege on a table, column or routine (1142, 1143, 1370) or for an
+// operation (1227), a password that must be changed (1820, 1862), a locked account
+// (3118 in MySQL, 4151 in MariaDB).
+var mysqlRefusals = map[uint16]bool{
+	1044: true, 1045: true, 1049: true, 1142: true, 1143: true, 1227: true, 1370: true,
+	1698: true, 1820: true, 1862: true, 3118: true, 4151: true,
+}
+
+// mysqlDeniedErr reports whether err holds one of mysqlRefusals, or the driver's
+// refusal to use the authentication the server asks for: failures of the MySQL store
+// or registry that no wait mends (startwait.go).
+func mysqlDeniedErr(err error) bool {
+	var refused *mysql.MySQLError
+	if errors.As(err, &refused) && mysqlRefusals[refused.Number] {
+		return true
+	}
+	return errors.Is(err, mysql.ErrCleartextPassword) || errors.Is(err, mysql.ErrNativePassword) ||
+		errors.Is(err, mysql.ErrOldPassword) || errors.Is(err, mysql.ErrUnknownPlugin)
+}
 
 // badDSNError is a --mysql-dsn that no wait mends. It unwraps to
-// workerid.ErrInvalidConfig, the sentinel retryable (rejoin.go) knows as "the
+// workerid.ErrInvalidConfig, the sentinel classify (startwait.go) knows as "the
 // configuration is wrong", without that sentinel's text in the message.
 type badDSNError struct{ msg string }
 

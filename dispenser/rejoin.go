@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/internal/backoff"
-	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -222,25 +221,6 @@ func (h *heldLease) TTL() time.Duration { return h.get().TTL() }
 
 func (h *heldLease) Renew(ctx context.Context, ts int64) error   { return h.get().Renew(ctx, ts) }
 func (h *heldLease) Release(ctx context.Context, ts int64) error { return h.get().Release(ctx, ts) }
-
-// retryable tells a failure worth waiting out (a dependency not reachable yet, every
-// worker ID taken for now) from one that says going on would be unsafe or the
-// configuration is wrong, which no wait mends.
-func retryable(err error) bool {
-	for _, refusal := range []error{
-		workerid.ErrInvalidConfig, workerid.ErrInvalidNodeID,
-		workerid.ErrClockBehindRecord, workerid.ErrPeerSkew,
-		workerid.ErrZKAddressInUse, workerid.ErrIdentityInUse,
-		workerid.ErrZKSequenceOutOfRange, workerid.ErrWorkerIDOutOfRange,
-		segment.ErrStoreWentBack, segment.ErrNoLeafAlloc, segment.ErrCorruptMarks,
-		context.Canceled,
-	} {
-		if errors.Is(err, refusal) {
-			return false
-		}
-	}
-	return true
-}
 
 // workerStats is the worker keeper's part of $SRV.STATS: how many worker IDs this node
 // took after its first, and why it lost the last.

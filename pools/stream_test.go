@@ -98,6 +98,35 @@ func waitCount(tb testing.TB, js jetstream.JetStream, subject string, want int) 
 	}
 }
 
+// waitPublished waits until the feeders of streams (one pool each) together report
+// want batches stored, and fails if they report another number or not within 15 s. A
+// feeder counts a batch once the server has acknowledged it, a moment after the stream
+// holds it: a count read at once can lag the stream by the acknowledgements in flight.
+func waitPublished(tb testing.TB, streams []*Stream, want int) {
+	tb.Helper()
+	published := func() (n uint64) {
+		for _, s := range streams {
+			n += s.Stats()[0].Published
+		}
+		return n
+	}
+	deadline := time.After(15 * time.Second)
+	for published() < uint64(want) {
+		select {
+		case <-deadline:
+			tb.Fatalf("feeders stored %d batches after 15s, want %d", published(), want)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if got := published(); got != uint64(want) {
+		var stats []StreamStats
+		for _, s := range streams {
+			stats = append(stats, s.Stats()[0])
+		}
+		tb.Errorf("feeders stored %d batches (%+v), want %d taken and ready", got, stats, want)
+	}
+}
+
 // waitStreamStats polls pool i's stats until ok says so, failing after 5s.
 func waitStreamStats(tb testing.TB, s *Stream, i int, what string, ok func(StreamStats) bool) {
 	tb.Helper()
@@ -350,16 +379,8 @@ func TestStreamTwoFeedersBounded(t *testing.T) {
 		}
 	}
 	waitCount(t, js, "leaf.pool.segment.orders", 3)
-	// Let both feeders see the full pool, then compare what they stored with what is left.
-	time.Sleep(50 * time.Millisecond)
-	var published uint64
-	for _, s := range streams {
-		published += s.Stats()[0].Published
-	}
-	if want := uint64(taken + spec.Depth); published != want {
-		t.Errorf("feeders stored %d batches (%+v, %+v), want %d taken + %d ready = %d",
-			published, streams[0].Stats()[0], streams[1].Stats()[0], taken, spec.Depth, want)
-	}
+	// Compare what the feeders stored with what was taken and what is left.
+	waitPublished(t, streams, taken+spec.Depth)
 	t.Logf("feeders: %+v; %+v", streams[0].Stats()[0], streams[1].Stats()[0])
 	if used := c.Stats().Used; used != taken {
 		t.Errorf("consumer used %d batches, want %d", used, taken)
@@ -626,14 +647,7 @@ func TestStreamReplicated(t *testing.T) {
 		}
 	}
 	waitCount(t, js, "leaf.pool.segment.orders", 3)
-	time.Sleep(50 * time.Millisecond)
-	var published uint64
-	for _, s := range streams {
-		published += s.Stats()[0].Published
-	}
-	if want := uint64(taken + spec.Depth); published != want {
-		t.Errorf("feeders stored %d batches (%+v, %+v), want %d", published, streams[0].Stats()[0], streams[1].Stats()[0], want)
-	}
+	waitPublished(t, streams, taken+spec.Depth)
 	t.Logf("feeders: %+v; %+v", streams[0].Stats()[0], streams[1].Stats()[0])
 	st, err := js.Stream(ctx, "LEAF_POOL")
 	if err != nil {

@@ -40,7 +40,11 @@ func TestProxy(t *testing.T) {
 		_, err := nc.Request("echo", []byte("c"), 5*time.Second)
 		answered <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	select { // the request is held: no answer while paused
+	case err := <-answered:
+		t.Fatalf("request answered while paused: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
 	p.Resume()
 	select {
 	case err := <-answered:

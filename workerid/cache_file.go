@@ -31,9 +31,19 @@ type CacheEntry struct {
 	Owner     string `json:"owner,omitempty"`
 }
 
+// ErrCorruptCacheFile is returned by CacheFile.Load when the file exists but does not
+// hold a record: not JSON, or JSON that no Save writes (no node ID, a negative worker
+// ID, no timestamp). It is never taken as "no record", since the lost record may have
+// been higher than every other, and no wait mends it.
+var ErrCorruptCacheFile = errors.New("corrupt worker-ID cache file")
+
+// corruptShown bounds how much of a corrupt cache file an error quotes.
+const corruptShown = 64
+
 // Load reads the file. A missing file is an error wrapping ErrNoRecord; a file that
-// cannot be read or parsed is any other error (it may have hidden a higher record, so
-// callers must not treat it as missing).
+// does not hold a record is an error wrapping ErrCorruptCacheFile that names the file;
+// one that cannot be read is any other error. Neither may be treated as missing: the
+// file may have hidden a higher record.
 func (c CacheFile) Load() (CacheEntry, error) {
 	b, err := os.ReadFile(c.Path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -44,9 +54,26 @@ func (c CacheFile) Load() (CacheEntry, error) {
 	}
 	var e CacheEntry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return CacheEntry{}, fmt.Errorf("cache file %s is not a record (%q): %w", c.Path, b, err)
+		return CacheEntry{}, c.corrupt(b, err.Error())
+	}
+	switch {
+	case e.NodeID == "":
+		return CacheEntry{}, c.corrupt(b, "no node_id")
+	case e.WorkerID < 0:
+		return CacheEntry{}, c.corrupt(b, fmt.Sprintf("worker_id %d", e.WorkerID))
+	case e.Timestamp <= 0 || e.Ceiling < 0:
+		return CacheEntry{}, c.corrupt(b, fmt.Sprintf("timestamp %d, ceiling %d", e.Timestamp, e.Ceiling))
 	}
 	return e, nil
+}
+
+// corrupt is Load's error for a file holding b, which is not a record because of why.
+func (c CacheFile) corrupt(b []byte, why string) error {
+	shown := fmt.Sprintf("%q", b)
+	if len(b) > corruptShown {
+		shown = fmt.Sprintf("%q... (%d bytes)", b[:corruptShown], len(b))
+	}
+	return fmt.Errorf("%w: %s holds %s: %s", ErrCorruptCacheFile, c.Path, shown, why)
 }
 
 // Save writes e to a temporary file in the same directory, syncs it, renames it over the
