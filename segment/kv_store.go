@@ -28,7 +28,10 @@ type KVStore struct {
 	kv jetstream.KeyValue
 }
 
-var _ Store = (*KVStore)(nil)
+var (
+	_ Store      = (*KVStore)(nil)
+	_ Identifier = (*KVStore)(nil)
+)
 
 // kvRow is the JSON value of one key.
 type kvRow struct {
@@ -77,6 +80,9 @@ func OpenKVStore(ctx context.Context, js jetstream.JetStream, bucket string, rep
 	}
 	return &KVStore{kv: kv}, nil
 }
+
+// Identity implements Identifier: the bucket.
+func (s *KVStore) Identity() string { return "kv " + s.kv.Bucket() }
 
 // Take implements Store.
 func (s *KVStore) Take(ctx context.Context, tag string, step int64) (Tag, error) {
