@@ -2,6 +2,7 @@ package deployment
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,5 +128,56 @@ func TestFreeRange(t *testing.T) {
 				t.Errorf("freeRange = %d..%d %v, want %d..%d %v", got.WorkerIDMin, got.WorkerIDMax, ok, tt.min, tt.max, tt.ok)
 			}
 		})
+	}
+}
+
+func TestReplace(t *testing.T) {
+	dc1, dc2 := zkReg("leaf-dc1", 0, 511), zkReg("leaf-dc2", 512, 1023)
+	current := record(mysqlStore, leafLayout, dc1, dc2)
+	current.MonotonicTags = []string{"orders"}
+	otherEpoch := leafLayout
+	otherEpoch.Epoch = 1700000000000
+	tests := []struct {
+		name       string
+		current    *wire.Deployment
+		own        Own
+		dropOthers bool
+		want       []wire.DeployedRegistry
+	}{
+		{"NoRecord", nil, Own{kvStore, kvReg(0, 1023), leafLayout}, false, []wire.DeployedRegistry{kvReg(0, 1023)}},
+		{"ReplacesOverlapping", &current, Own{mysqlStore, zkReg("leaf-new", 400, 1023), otherEpoch}, false, []wire.DeployedRegistry{zkReg("leaf-new", 400, 1023)}},
+		{"KeepsOthers", &current, Own{mysqlStore, zkReg("leaf-dc2b", 512, 1023), leafLayout}, false, []wire.DeployedRegistry{dc1, zkReg("leaf-dc2b", 512, 1023)}},
+		{"DropsOthers", &current, Own{mysqlStore, zkReg("leaf-dc2b", 512, 1023), leafLayout}, true, []wire.DeployedRegistry{zkReg("leaf-dc2b", 512, 1023)}},
+		{"SortedByRange", &current, Own{mysqlStore, kvReg(0, 100), leafLayout}, false, []wire.DeployedRegistry{kvReg(0, 100), dc2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Replace(tt.current, tt.own, tt.dropOthers, "operator", when)
+			if err := got.Validate(); err != nil {
+				t.Fatalf("Replace wrote an invalid record: %v", err)
+			}
+			if got.SegmentStore != tt.own.Store || got.Snowflake != tt.own.Layout {
+				t.Errorf("store %+v layout %+v, want own's", got.SegmentStore, got.Snowflake)
+			}
+			if !slices.Equal(got.WorkerRegistries, tt.want) {
+				t.Errorf("registries %+v, want %+v", got.WorkerRegistries, tt.want)
+			}
+			wantTags := []string{}
+			if tt.current != nil {
+				wantTags = []string{"orders"}
+			}
+			if !slices.Equal(got.MonotonicTags, wantTags) && !(len(got.MonotonicTags) == 0 && len(wantTags) == 0) {
+				t.Errorf("monotonic tags %v, want %v", got.MonotonicTags, wantTags)
+			}
+			if got.WrittenBy != "operator" || got.Reason != "deployment set by operator" {
+				t.Errorf("stamped %q %q", got.WrittenBy, got.Reason)
+			}
+			if diffs, add := Compare(got, tt.own); len(diffs) > 0 || add {
+				t.Errorf("own does not fit the record set from it: %v, add %v", diffs, add)
+			}
+		})
+	}
+	if current.WorkerRegistries[0] != dc1 || len(current.WorkerRegistries) != 2 {
+		t.Errorf("Replace changed the current record: %+v", current.WorkerRegistries)
 	}
 }

@@ -1,6 +1,7 @@
 package deployment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -289,4 +290,28 @@ func AddMonotonic(ctx context.Context, r *Records, tags []string, node string, n
 		}
 		return err
 	}
+}
+
+// Replace is the record `dispenser deployment set` writes: current (nil when there is
+// none, or it is unreadable) with own's segment store and snowflake layout, and own's
+// registry for own's worker IDs in place of every registry that hands out any of them
+// (with dropOthers, in place of all of them), its monotonic tags kept; written by node
+// at now.
+func Replace(current *wire.Deployment, own Own, dropOthers bool, node string, now time.Time) wire.Deployment {
+	if current == nil {
+		return NewRecord(own, nil, node, now, "deployment set by "+node)
+	}
+	next := *current
+	next.Version = wire.DeploymentVersion
+	next.SegmentStore, next.Snowflake = own.Store, own.Layout
+	next.WorkerRegistries = nil
+	for _, r := range current.WorkerRegistries {
+		if !dropOthers && !r.Overlaps(own.Registry) {
+			next.WorkerRegistries = append(next.WorkerRegistries, r)
+		}
+	}
+	next.WorkerRegistries = append(next.WorkerRegistries, own.Registry)
+	slices.SortFunc(next.WorkerRegistries, func(a, b wire.DeployedRegistry) int { return cmp.Compare(a.WorkerIDMin, b.WorkerIDMin) })
+	next.MonotonicTags = sortedTags(current.MonotonicTags)
+	return stamp(next, node, now, "deployment set by "+node)
 }
