@@ -33,15 +33,18 @@ func (d *Dispenser) steps() []step {
 		{"nats", d.startNATS},
 		{"segment marks", d.openMarks},
 		{"segment store", d.openSegmentStore},
+		{"worker registry", d.openRegistry},
+		{"deployment", d.checkDeployment}, // deployment.go: before anything is created, taken or served
+		{"segment tags", d.createTags},
 		{"segment store check", d.checkStoreMarks},
 		{"segment generator", d.newSegments},
-		{"worker registry", d.openRegistry},
 		{"worker ID", d.acquireWorkerID},
 		{"clock check", d.checkClock},
 		{"snowflake generator", d.newSnowflakes},
 		{"heartbeat", d.startHeartbeat},
 		{"time responder", d.newTimeResponder},
-		{"monotonic tags", d.newMonotonic}, // monotonic.go: before the pools, which refuse its tags
+		{"monotonic tags", d.newMonotonic},                        // monotonic.go: before the pools, which refuse its tags
+		{"monotonic tags in the record", d.restoreMonotonicMarks}, // deployment.go
 		{"pools", d.newPools},
 		{"metrics", d.newMetrics},
 		{"service", d.startService},
@@ -86,9 +89,8 @@ func (d *Dispenser) connect(name string) (*nats.Conn, error) {
 	return d.connectAs(name, Credentials{})
 }
 
-// openSegmentStore opens the configured store and creates the sample tag (with the KV
-// store, in a data dir never used for segments: datadir.go) and the tags of WithTags
-// when they do not exist yet.
+// openSegmentStore opens the configured store. Nothing is created in it before the
+// deployment check (createTags).
 func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 	cfg := d.cfg
 	if cfg.SegmentStore == "mysql" {
@@ -108,6 +110,18 @@ func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 			return fmt.Errorf("open segment store: %w", err)
 		}
 		d.store = store
+	}
+	return nil
+}
+
+// createTags creates the sample tag (with the KV store, in a data dir never used for
+// segments: datadir.go) and the tags of WithTags when they do not exist yet, once the
+// deployment check has passed: a dispenser that does not belong to the deployment
+// creates nothing in a store of its own (the sample tag at max_id 1 in a KV bucket
+// beside a MySQL deployment's leaf_alloc).
+func (d *Dispenser) createTags(ctx context.Context) error {
+	cfg := d.cfg
+	if cfg.SegmentStore != "mysql" {
 		if cfg.SampleTag && !d.freshDataDir {
 			d.noSampleTag(ctx)
 		} else if cfg.SampleTag {
@@ -193,7 +207,7 @@ func (d *Dispenser) startService(context.Context) error {
 	svcCfg.Segments = d.segments
 	svcCfg.Snowflakes = d.snowflakes
 	svcCfg.Tags = d.store
-	svcCfg.Monotonic = d.mono
+	svcCfg.Monotonic = d.recordedMarks() // deployment.go: the record follows a mark
 	if len(cfg.Pools) > 0 {
 		svcCfg.Batches = d.batches
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/workerid"
@@ -233,6 +234,7 @@ func retryable(err error) bool {
 		workerid.ErrZKAddressInUse, workerid.ErrIdentityInUse,
 		workerid.ErrZKSequenceOutOfRange, workerid.ErrWorkerIDOutOfRange,
 		segment.ErrStoreWentBack, segment.ErrNoLeafAlloc, segment.ErrCorruptMarks,
+		deployment.ErrMismatch, deployment.ErrCorrupt,
 		context.Canceled,
 	} {
 		if errors.Is(err, refusal) {

@@ -36,7 +36,8 @@ func (d *Dispenser) waitsForDependency(step string) bool {
 	switch step {
 	case "nats":
 		return d.cfg.NATS != ""
-	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools":
+	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools",
+		"deployment", "segment tags", "monotonic tags in the record":
 		return true
 	}
 	return false
