@@ -37,6 +37,7 @@ func (d *Dispenser) steps() []step {
 		{"deployment", d.checkDeployment}, // deployment.go: before anything is created, taken or served
 		{"segment tags", d.createTags},
 		{"segment store check", d.checkStoreMarks},
+		{"restore check", d.checkRestore}, // datadir.go
 		{"segment generator", d.newSegments},
 		{"worker ID", d.acquireWorkerID},
 		{"clock check", d.checkClock},

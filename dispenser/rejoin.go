@@ -234,7 +234,7 @@ func retryable(err error) bool {
 		workerid.ErrZKAddressInUse, workerid.ErrIdentityInUse,
 		workerid.ErrZKSequenceOutOfRange, workerid.ErrWorkerIDOutOfRange,
 		segment.ErrStoreWentBack, segment.ErrNoLeafAlloc, segment.ErrCorruptMarks,
-		deployment.ErrMismatch, deployment.ErrCorrupt,
+		deployment.ErrMismatch, deployment.ErrCorrupt, ErrDataDirRestored,
 		context.Canceled,
 	} {
 		if errors.Is(err, refusal) {

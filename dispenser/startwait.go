@@ -37,7 +37,7 @@ func (d *Dispenser) waitsForDependency(step string) bool {
 	case "nats":
 		return d.cfg.NATS != ""
 	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools",
-		"deployment", "segment tags", "monotonic tags in the record":
+		"deployment", "segment tags", "restore check", "monotonic tags in the record":
 		return true
 	}
 	return false
