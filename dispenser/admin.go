@@ -3,6 +3,9 @@ package dispenser
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"slices"
 
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/wire"
@@ -20,6 +23,12 @@ import (
 // them.
 func openAdmin(ctx context.Context, cfg Config, steps []string, opts ...Option) (*Dispenser, error) {
 	cfg.Listen, cfg.Monitor, cfg.HTTP = "127.0.0.1:0", "", ""
+	if slices.Contains(steps, "data dir") {
+		// An admin command never makes a data dir (and an empty JetStream store in it).
+		if _, err := os.Stat(cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("--data-dir: %w (give the data dir of the dispenser, or --nats to reach a running deployment)", err)
+		}
+	}
 	only := map[string]bool{}
 	for _, s := range steps {
 		only[s] = true
