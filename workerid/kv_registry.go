@@ -156,9 +156,6 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 	return &KVRegistry{cfg: cfg, nc: js.Conn(), leases: leases, workers: workers}, nil
 }
 
-// Identity implements Identifier: the bucket the leases are in.
-func (r *KVRegistry) Identity() string { return "kv " + r.leases.Bucket() }
-
 // leaseValue is the content of a lease key.
 type leaseValue struct {
 	NodeID string `json:"node_id"`

@@ -141,8 +141,6 @@ type MySQLRegistry struct {
 	db       *sql.DB
 	ip, port string
 	lockName string
-	addr     string // the server, as the DSN names it: half of Identity
-	identity string // set by prepare
 
 	mu        sync.Mutex
 	leases    map[*mysqlLease]struct{} // open leases, whose lock connections Close ends
@@ -173,7 +171,7 @@ func OpenMySQLRegistry(ctx context.Context, cfg MySQLRegistryConfig) (*MySQLRegi
 	}
 	db := sql.OpenDB(conn)
 	ip, port, _ := net.SplitHostPort(cfg.Advertise) // checked by Validate
-	r := &MySQLRegistry{cfg: cfg, db: db, ip: ip, port: port, addr: dc.Addr, leases: map[*mysqlLease]struct{}{}}
+	r := &MySQLRegistry{cfg: cfg, db: db, ip: ip, port: port, leases: map[*mysqlLease]struct{}{}}
 	if err := r.prepare(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -198,7 +196,6 @@ func (r *MySQLRegistry) prepare(ctx context.Context) error {
 		return fmt.Errorf("%w: MySQL registry: the DSN names no database (want user:pass@tcp(host:port)/database)", ErrInvalidConfig)
 	}
 	r.lockName = identityLockName(dbName.String, r.cfg.Advertise)
-	r.identity = "mysql " + r.addr + "/" + dbName.String + ".leaf_workerid_alloc"
 	if r.cfg.CreateTable {
 		if _, err := r.db.ExecContext(ctx, r.schema()); err != nil {
 			return fmt.Errorf("MySQL registry: create table leaf_workerid_alloc: %w", err)
@@ -210,10 +207,6 @@ func (r *MySQLRegistry) prepare(ctx context.Context) error {
 	}
 	return rows.Close()
 }
-
-// Identity implements Identifier: the server (as the DSN names it), the database and
-// the table the worker IDs are rows of.
-func (r *MySQLRegistry) Identity() string { return r.identity }
 
 // identityLockName is the GET_LOCK name for an identity. Named locks are server-wide, so
 // the database is part of the name: two deployments (or tests) sharing one server do not

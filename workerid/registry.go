@@ -17,13 +17,6 @@ type Registry interface {
 	Acquire(ctx context.Context) (Lease, error)
 }
 
-// Identifier is implemented by every registry: Identity says which registry it is, in
-// one line that two dispensers of one deployment compare ("static", "kv leaf_leases",
-// "zk /snowflake/leaf-prod", "mysql db:3306/leaf.leaf_workerid_alloc"). Two registries
-// with the same identity hand out worker IDs from one space; two with different ones
-// know nothing of each other's.
-type Identifier interface{ Identity() string }
-
 // Lease is a worker ID held by this node.
 //
 // What the clock guard relies on (Heartbeat raises the generator's ceiling to
@@ -87,10 +80,3 @@ var ErrLeaseUnverified = errors.New("worker ID lease cannot be verified")
 
 // ErrNoWorkerID is returned by Acquire when every worker ID in range is taken.
 var ErrNoWorkerID = errors.New("no free worker ID")
-
-var (
-	_ Identifier = (*StaticRegistry)(nil)
-	_ Identifier = (*KVRegistry)(nil)
-	_ Identifier = (*ZKRegistry)(nil)
-	_ Identifier = (*MySQLRegistry)(nil)
-)

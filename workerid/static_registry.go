@@ -42,9 +42,6 @@ func NewStaticRegistryInRange(workerID int64, rng Range) (*StaticRegistry, error
 	return &StaticRegistry{workerID: workerID}, nil
 }
 
-// Identity implements Identifier: a static registry is the operator's list of flags.
-func (r *StaticRegistry) Identity() string { return "static" }
-
 // Acquire returns the configured ID at once.
 func (r *StaticRegistry) Acquire(ctx context.Context) (Lease, error) {
 	if err := ctx.Err(); err != nil {

@@ -210,10 +210,6 @@ func (r *ZKRegistry) Close() {
 	r.calls.Wait()
 }
 
-// Identity implements Identifier: the path under which the worker IDs live (Leaf's
-// leaf.name), in either mode.
-func (r *ZKRegistry) Identity() string { return "zk " + r.base() }
-
 // base is the root of everything this registry keeps: Leaf's leaf.name.
 func (r *ZKRegistry) base() string { return "/snowflake/" + r.cfg.Name }
 
