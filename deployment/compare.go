@@ -154,7 +154,15 @@ func registryFix(r, own wire.DeployedRegistry, all []wire.DeployedRegistry) stri
 	}
 	switch r.Kind {
 	case "zk":
-		flags = append(flags, "--zk-name "+strings.TrimPrefix(r.Identity, "zk /snowflake/"))
+		name, recycle := strings.CutSuffix(strings.TrimPrefix(r.Identity, "zk /snowflake/"), " (recycle)")
+		flags = append(flags, "--zk-name "+name)
+		_, ownRecycle := strings.CutSuffix(own.Identity, " (recycle)")
+		switch {
+		case recycle && !ownRecycle:
+			flags = append(flags, "--zk-recycle")
+		case !recycle && own.Kind == "zk" && ownRecycle:
+			flags = append(flags, "--zk-recycle=false")
+		}
 	case "mysql":
 		flags = append(flags, "--mysql-dsn naming "+mysqlWhere(r.Identity))
 	case "static":

@@ -68,6 +68,12 @@ func TestCompare(t *testing.T) {
 		{"ErrOverlapsOtherDatacenter", twoDC, Own{mysqlStore, zkReg("leaf-dc2", 500, 1023), leafLayout}, false, []string{
 			`worker registry of worker IDs 0..511: the deployment's is "zk /snowflake/leaf-dc1"`,
 		}},
+		{"ErrZKRecycle", prod, Own{mysqlStore, wire.DeployedRegistry{Kind: "zk", Identity: "zk /snowflake/leaf-prod (recycle)", WorkerIDMax: 1023}, leafLayout}, false, []string{
+			`(start it with --zk-name leaf-prod --zk-recycle=false)`,
+		}},
+		{"ErrZKNotRecycle", record(mysqlStore, leafLayout, wire.DeployedRegistry{Kind: "zk", Identity: "zk /snowflake/leaf-prod (recycle)", WorkerIDMax: 1023}), Own{mysqlStore, kvReg(0, 1023), leafLayout}, false, []string{
+			`(start it with --worker-registry zk --zk-name leaf-prod --zk-recycle)`,
+		}},
 		{"ErrMySQLRegistry", record(mysqlStore, leafLayout, wire.DeployedRegistry{Kind: "mysql", Identity: "mysql db1:3306/leaf.leaf_workerid_alloc", WorkerIDMax: 1023}), Own{mysqlStore, kvReg(0, 1023), leafLayout}, false, []string{
 			`start it with --worker-registry mysql --mysql-dsn naming database "leaf" on the server db1:3306 (table leaf_workerid_alloc)`,
 		}},

@@ -165,7 +165,7 @@ func TestDeploymentTwoZKNames(t *testing.T) {
 		t.Fatalf("a registry for free worker IDs: %v", err)
 	}
 	d.Close()
-	if got := readRecord(t, srv).WorkerRegistries; len(got) != 2 || got[1].Identity != "zk /snowflake/"+leaf || got[1].WorkerIDMin != 512 {
+	if got := readRecord(t, srv).WorkerRegistries; len(got) != 2 || got[1].Identity != "zk /snowflake/"+leaf+" (recycle)" || got[1].WorkerIDMin != 512 {
 		t.Errorf("registries after the second datacenter: %+v", got)
 	}
 }

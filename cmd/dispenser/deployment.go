@@ -71,7 +71,10 @@ func (c *deploymentCommand) show(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return printView(c.stdout, v)
+	if err := printView(c.stdout, v); err != nil {
+		return err
+	}
+	return v.Err // unreadable: exit 1, saying why
 }
 
 func (c *deploymentCommand) write(ctx context.Context) error {
@@ -101,16 +104,15 @@ func (c *deploymentCommand) write(ctx context.Context) error {
 	return nil
 }
 
-// printView prints the record as stored, with its revision; an unreadable one as it is,
-// and why.
+// printView prints the record as stored, with its revision; an unreadable one as it is.
 func printView(w io.Writer, v dispenser.DeploymentView) error {
 	switch {
 	case v.Raw == nil:
-		fmt.Fprintf(w, "no deployment record in KV bucket %s (the first dispenser to start writes one)\n", v.Bucket)
-		return nil
+		_, err := fmt.Fprintf(w, "no deployment record in KV bucket %s (the first dispenser to start writes one)\n", v.Bucket)
+		return err
 	case v.Record == nil:
-		fmt.Fprintf(w, "KV bucket %s, key deployment, revision %d, unreadable:\n%s\n", v.Bucket, v.Revision, v.Raw)
-		return v.Err
+		_, err := fmt.Fprintf(w, "KV bucket %s, key deployment, revision %d, unreadable:\n%s\n", v.Bucket, v.Revision, v.Raw)
+		return err
 	}
 	fmt.Fprintf(w, "KV bucket %s, key deployment, revision %d:\n", v.Bucket, v.Revision)
 	return printJSON(w, json.RawMessage(v.Raw))

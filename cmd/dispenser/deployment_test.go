@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
@@ -88,6 +90,33 @@ func TestDeploymentCommand(t *testing.T) {
 		}
 	case <-time.After(2*deployment.DefaultWatchEvery + 5*time.Second):
 		t.Fatal("the old dispenser still runs after the record changed")
+	}
+	startDispenser(t, newEpoch)
+
+	// A record that is garbage: show prints it and fails; set --confirm writes a good one.
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "leaf_deployment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "deployment", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run(t, "deployment", "show", "--nats", url)
+	if code != 1 || !strings.Contains(out, "unreadable:\ngarbage") || !strings.Contains(errOut, "deployment record unreadable") {
+		t.Fatalf("deployment show of garbage: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if err := startErr(t, newEpoch); !errors.Is(err, deployment.ErrCorrupt) {
+		t.Fatalf("a start on a garbage record: %v, want ErrCorrupt", err)
+	}
+	code, out, errOut = run(t, append(setArgs, "--confirm")...)
+	if code != 0 || !strings.Contains(out, "written: revision") {
+		t.Fatalf("deployment set --confirm over garbage: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	startDispenser(t, newEpoch)
 }
