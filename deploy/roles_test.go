@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
@@ -224,6 +225,26 @@ func TestRoles(t *testing.T) {
 				t.Fatalf("keys of %s: %v, %v", bucket, keys, err)
 			}
 		}
+
+		// The deployment record (PROTOCOL.md): the first start writes it, the next ones
+		// read it.
+		records, err := deployment.Open(ctx, js, "leaf", 1)
+		if err != nil {
+			t.Fatalf("open the deployment record's bucket: %v", err)
+		}
+		own := deployment.Own{
+			Store:    wire.DeployedStore{Kind: "kv", Identity: store.Identity()},
+			Registry: wire.DeployedRegistry{Kind: "kv", Identity: reg.Identity(), WorkerIDMax: 1023},
+			Layout:   wire.DeployedLayout{Epoch: 1288834974657, TimeBits: 41, WorkerBits: 10, SequenceBits: 12},
+		}
+		for _, want := range []deployment.Outcome{deployment.Created, deployment.Checked} {
+			if _, got, err := deployment.Check(ctx, records, own, "node-1", time.Now()); err != nil || got != want {
+				t.Fatalf("deployment check: %v, %v; want %v", got, err, want)
+			}
+		}
+		if err := deployment.SetMonotonic(ctx, records, "orders", true, "node-1", time.Now()); err != nil {
+			t.Fatalf("mark a tag in the deployment record: %v", err)
+		}
 	}) {
 		t.FailNow()
 	}
@@ -365,7 +386,7 @@ func TestRoles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for bucket, key := range map[string]string{segmentsBucket: "orders", leasesBucket: leaseKey, "leaf_forever": "node-1"} {
+		for bucket, key := range map[string]string{segmentsBucket: "orders", leasesBucket: leaseKey, "leaf_forever": "node-1", "leaf_deployment": "deployment"} {
 			kv, err := ojs.KeyValue(ctx, bucket)
 			if err != nil {
 				t.Fatalf("bucket %s: %v", bucket, err)

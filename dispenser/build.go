@@ -34,15 +34,19 @@ func (d *Dispenser) steps() []step {
 		{"nats", d.startNATS},
 		{"segment marks", d.openMarks},
 		{"segment store", d.openSegmentStore},
-		{"segment store check", d.checkStoreMarks},
-		{"segment generator", d.newSegments},
 		{"worker registry", d.openRegistry},
+		{"deployment", d.checkDeployment}, // deployment.go: before anything is created, taken or served
+		{"segment tags", d.createTags},
+		{"segment store check", d.checkStoreMarks},
+		{"restore check", d.checkRestore}, // datadir.go
+		{"segment generator", d.newSegments},
 		{"worker ID", d.acquireWorkerID},
 		{"clock check", d.checkClock},
 		{"snowflake generator", d.newSnowflakes},
 		{"heartbeat", d.startHeartbeat},
 		{"time responder", d.newTimeResponder},
-		{"monotonic tags", d.newMonotonic}, // monotonic.go: before the pools, which refuse its tags
+		{"monotonic tags", d.newMonotonic},                        // monotonic.go: before the pools, which refuse its tags
+		{"monotonic tags in the record", d.restoreMonotonicMarks}, // deployment.go
 		{"pools", d.newPools},
 		{"core", d.newCore},
 		{"metrics", d.newMetrics},
@@ -89,9 +93,8 @@ func (d *Dispenser) connect(name string) (*nats.Conn, error) {
 	return d.connectAs(name, Credentials{}, d.denied.option())
 }
 
-// openSegmentStore opens the configured store and creates the sample tag (with the KV
-// store, in a data dir never used for segments: datadir.go) and the tags of WithTags
-// when they do not exist yet.
+// openSegmentStore opens the configured store. Nothing is created in it before the
+// deployment check (createTags).
 func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 	cfg := d.cfg
 	if cfg.SegmentStore == "mysql" {
@@ -111,6 +114,18 @@ func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 			return fmt.Errorf("open segment store: %w", err)
 		}
 		d.store = store
+	}
+	return nil
+}
+
+// createTags creates the sample tag (with the KV store, in a data dir never used for
+// segments: datadir.go) and the tags of WithTags when they do not exist yet, once the
+// deployment check has passed: a dispenser that does not belong to the deployment
+// creates nothing in a store of its own (the sample tag at max_id 1 in a KV bucket
+// beside a MySQL deployment's leaf_alloc).
+func (d *Dispenser) createTags(ctx context.Context) error {
+	cfg := d.cfg
+	if cfg.SegmentStore != "mysql" {
 		if cfg.SampleTag && !d.freshDataDir {
 			d.noSampleTag(ctx)
 		} else if cfg.SampleTag {
@@ -188,7 +203,7 @@ func (d *Dispenser) newCore(context.Context) (err error) {
 	cc.Layout = cfg.Layout()
 	cc.Segments = d.segments
 	cc.Snowflakes = d.snowflakes
-	cc.Monotonic = d.mono
+	cc.Monotonic = d.recordedMarks() // deployment.go: the record follows a mark
 	cc.Tags = d.store
 	if len(cfg.Pools) > 0 {
 		cc.Batches = d.batches

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/workerid"
 )
 
 // lockDataDir is the first step of New, in every mode: the data dir holds the embedded
@@ -76,3 +78,71 @@ func (d *Dispenser) noSampleTag(ctx context.Context) {
 			"tag", SampleTagName, "data_dir", d.cfg.DataDir)
 	}
 }
+
+// ErrDataDirRestored is returned by New when the data dir is older than what the
+// deployment's KV knows of this node: the clock record this node writes to
+// <prefix>_forever every second is ahead of the one it writes, with it, to the cache
+// file in the data dir. The dir was put back from a copy (or copied from another host),
+// so its high-water marks lack what this node served since the copy, and a segment
+// store restored with it would serve those IDs again. `dispenser fence` makes it safe.
+var ErrDataDirRestored = errors.New("the data dir is older than this node's clock record")
+
+// Restored data dirs (README "When the store goes backwards").
+const (
+	// restoreSlack is how far the KV clock record may be ahead of the cache file before
+	// the dir counts as restored: both are written in the same beat, once a second, so
+	// only a copy (or cache writes failing for seconds) leaves them further apart.
+	restoreSlack = 10 * time.Second
+	// restoreWarnAge: a data dir whose last record is older than this is logged as
+	// possibly restored, naming `dispenser fence`. Nothing else can tell an old copy put
+	// back together with an embedded store from a dispenser that was stopped that long.
+	restoreWarnAge = time.Hour
+)
+
+// checkRestore is the step "restore check": what a data dir put back from a copy looks
+// like, as far as it can be seen. The data dir's last record is the cache file's (the
+// heartbeat rewrites it every second), or the last fence when that came later.
+//   - With --nats the clock records live outside the data dir: this node's record in
+//     <prefix>_forever ahead of the cache file (by over restoreSlack) means the dir is
+//     older than the node, and the start is refused (ErrDataDirRestored) until the dir
+//     is fenced.
+//   - A last record over restoreWarnAge old is logged as a warning that names the
+//     command: an embedded store and its marks restored together agree with each
+//     other, and nothing in the dir says they are old but their age.
+func (d *Dispenser) checkRestore(ctx context.Context) error {
+	var fence segment.Fence
+	if f, ok := d.marks.(interface{ Fence() segment.Fence }); ok {
+		fence = f.Fence()
+	}
+	cache := d.cfg.cacheFile()
+	entry, err := cache.Load()
+	if err != nil {
+		return nil // none (no snowflake ID was issued from this dir), or unreadable: the clock check says so
+	}
+	dirLast := max(entry.Timestamp, fence.At)
+	fenceCmd := fmt.Sprintf("`dispenser fence --data-dir %s` with this dispenser's flags (it raises every tag's max_id by --margin and records the fence in %s)", d.cfg.DataDir, filepath.Join(d.cfg.DataDir, MarksFileName))
+	if d.cfg.NATS != "" {
+		forever, err := workerid.OpenForever(ctx, d.js, workerid.ForeverBucket(d.cfg.Prefix), d.cfg.KVReplicas)
+		if err != nil {
+			return err
+		}
+		rec, err := forever.Get(ctx, d.cfg.NodeID)
+		switch {
+		case errors.Is(err, workerid.ErrNoRecord):
+		case err != nil:
+			return err
+		case rec.Timestamp > dirLast+restoreSlack.Milliseconds():
+			ahead := time.Duration(rec.Timestamp-dirLast) * time.Millisecond
+			return fmt.Errorf("refusing to start: %w: the cache file %s says node %s last recorded %s, but its clock record in KV %s says %s, %v later: the data dir was put back from a copy (or copied from another host), so its high-water marks lack what this node served since, and a segment store restored too would serve those IDs again. Stop and run %s, then start again",
+				ErrDataDirRestored, cache.Path, d.cfg.NodeID, fmtMs(entry.Timestamp), forever.Bucket(), fmtMs(rec.Timestamp), ahead.Round(time.Second), fenceCmd)
+		}
+	}
+	if age := d.clock.Now().Sub(time.UnixMilli(dirLast)); age > restoreWarnAge {
+		d.log.Warn("the data dir's last record is old: if it was restored from a backup, IDs served after that backup may be served again; stop and run "+fenceCmd+" before serving",
+			"data_dir", d.cfg.DataDir, "last_record", fmtMs(dirLast), "age", age.Round(time.Second))
+	}
+	return nil
+}
+
+// fmtMs shows Unix ms as RFC 3339 UTC with milliseconds.
+func fmtMs(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/core"
+	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/metrics"
@@ -67,6 +68,12 @@ type Dispenser struct {
 	peerRanges    peerRangeWatch   // the peers' worker-ID ranges, checked while Run runs (worker_range.go)
 	denied        deniedWatch      // permissions violations on nc while a step of New runs (startwait.go)
 
+	// The deployment record (deployment.go): where it is, what this dispenser is, and
+	// the record as the start-up check left it.
+	records  *deployment.Records
+	own      deployment.Own
+	deployed deployment.Entry
+
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer
 
@@ -116,6 +123,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Dispenser, error) {
 	d.recovery = newRecoveryWatch(d)
 	deadline := time.Now().Add(cfg.StartTimeout) // waits for dependencies end here (startwait.go)
 	for _, s := range d.steps() {
+		if d.opts.onlySteps != nil && !d.opts.onlySteps[s.name] {
+			continue // an admin command's part of a start (admin.go)
+		}
 		err := d.runStep(ctx, s, deadline)
 		if err == nil && d.opts.afterStep != nil {
 			err = d.opts.afterStep(s.name, d)

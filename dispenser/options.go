@@ -36,6 +36,14 @@ type options struct {
 	// Tests only: how often the peers' worker-ID ranges are checked, and how often one
 	// peer's conflict is logged again (0: peerCheckEvery, peerWarnEvery).
 	peerCheckEvery, peerWarnEvery time.Duration
+
+	// Tests only: how often a running dispenser reads the deployment record again
+	// (0: deployment.DefaultWatchEvery).
+	deploymentEvery time.Duration
+
+	// onlySteps, when set, runs only these steps of New: the part of a start an admin
+	// command needs (admin.go).
+	onlySteps map[string]bool
 }
 
 // WithLogger sends the dispenser's logs to l (the default discards them).

@@ -78,6 +78,7 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	addLoop(&g, "time responder", d.timeResponder.Run)
 	addLoop(&g, "announcer", d.announce)
 	addLoop(&g, "peer range check", d.watchPeerRanges)
+	addLoop(&g, "deployment record", d.watchDeployment) // deployment.go
 	addLoop(&g, "insecure-listen warning", d.warnInsecure)
 	err = g.Run()
 	switch {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/workerid"
@@ -59,7 +60,8 @@ func (d *Dispenser) waitsForDependency(step string) bool {
 	switch step {
 	case "nats":
 		return d.cfg.NATS != ""
-	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools":
+	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools",
+		"deployment", "segment tags", "restore check", "monotonic tags in the record":
 		return true
 	}
 	return false
@@ -221,6 +223,7 @@ var refusals = []error{
 	workerid.ErrZKAddressInUse, workerid.ErrIdentityInUse,
 	workerid.ErrZKSequenceOutOfRange, workerid.ErrWorkerIDOutOfRange,
 	segment.ErrStoreWentBack, segment.ErrNoLeafAlloc, segment.ErrCorruptMarks,
+	deployment.ErrMismatch, deployment.ErrCorrupt, ErrDataDirRestored,
 	context.Canceled,
 }
 

@@ -30,7 +30,10 @@ type KVStore struct {
 	js kvbucket.Streams // finds the bucket's stream, against which Tags checks its listing
 }
 
-var _ Store = (*KVStore)(nil)
+var (
+	_ Store      = (*KVStore)(nil)
+	_ Identifier = (*KVStore)(nil)
+)
 
 // kvRow is the JSON value of one key.
 type kvRow struct {
@@ -78,6 +81,9 @@ func OpenKVStore(ctx context.Context, js jetstream.JetStream, bucket string, rep
 	}
 	return &KVStore{kv: kv, js: js}, nil
 }
+
+// Identity implements Identifier: the bucket.
+func (s *KVStore) Identity() string { return "kv " + s.kv.Bucket() }
 
 // Take implements Store.
 func (s *KVStore) Take(ctx context.Context, tag string, step int64) (Tag, error) {

@@ -56,11 +56,32 @@ var ErrCorruptMarks = errors.New("corrupt high-water marks file")
 //
 // Tag names hold no white space (CheckTagName), so a line splits at its one space. The
 // checksum is what turns a flipped digit, which would still parse, into an error.
+//
+// A data dir that was fenced (`dispenser fence`, after a backup was restored) has a
+// version 2 file, whose second line records the last fence: when it ran (Unix ms) and
+// by how much it raised every tag (Fence):
+//
+//	leafbus segment high-water marks v2
+//	fenced 1763790000123 margin 10000000000
+//	orders 10000003001
+//	crc32 5e6f7a8b
+//
+// A file without a fence is still written as version 1, which earlier dispensers read.
 const (
-	marksHeader     = "leafbus segment high-water marks v1"
-	marksSumPrefix  = "crc32 "
-	marksTempSuffix = ".tmp-" // temp files are <file>.tmp-<random> in the same directory
+	marksHeader       = "leafbus segment high-water marks v1"
+	marksHeaderFenced = "leafbus segment high-water marks v2"
+	marksFencePrefix  = "fenced "
+	marksSumPrefix    = "crc32 "
+	marksTempSuffix   = ".tmp-" // temp files are <file>.tmp-<random> in the same directory
 )
+
+// Fence is what `dispenser fence` records in the marks file of a data dir restored from
+// a copy: when it raised every tag's max_id past what the copy's marks say, and by how
+// much. The zero Fence means the dir was never fenced.
+type Fence struct {
+	At     int64 // Unix ms
+	Margin int64 // how far above max(max_id, mark) every tag was raised
+}
 
 // FileMarks is Marks kept in memory and in one file, rewritten whole for every rise:
 // written to a temp file in the same directory, fsynced, renamed over the file, and the
@@ -78,6 +99,7 @@ type FileMarks struct {
 
 	mu      sync.Mutex // guards the fields below; never held during I/O
 	marks   map[string]markEntry
+	fence   Fence
 	version uint64 // counts rises
 	durable uint64 // the version the file holds
 	writes  uint64 // files written, for tests of the group commit
@@ -105,19 +127,20 @@ func OpenFileMarks(path string) (*FileMarks, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeFileDurably(path, encodeMarks(m.marks)); err != nil {
+		if err := writeFileDurably(path, encodeMarks(m.marks, Fence{})); err != nil {
 			return nil, fmt.Errorf("segment: create marks file %q: %w", path, err)
 		}
 	case err != nil:
 		return nil, fmt.Errorf("segment: read marks file %q: %w", path, err)
 	default:
-		marks, err := decodeMarks(data)
+		marks, fence, err := decodeMarks(data)
 		if err != nil {
 			return nil, fmt.Errorf("segment: marks file %q: %w: %v (restore the file; delete it only once every tag's max_id in the store is above anything this dispenser could have served)", path, ErrCorruptMarks, err)
 		}
 		for tag, maxID := range marks {
 			m.marks[tag] = markEntry{maxID: maxID}
 		}
+		m.fence = fence
 	}
 	removeTempFiles(path)
 	return m, nil
@@ -139,6 +162,38 @@ func (m *FileMarks) All() map[string]int64 {
 		all[tag] = e.maxID
 	}
 	return all
+}
+
+// Fence returns the last fence recorded (RecordFence), the zero Fence when none was.
+func (m *FileMarks) Fence() Fence {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fence
+}
+
+// RecordFence records that the store was fenced as f says: every tag of raised has its
+// mark raised to the max_id the fence gave it (marks only rise), and f replaces the
+// last fence. It returns nil once the file holds both.
+func (m *FileMarks) RecordFence(f Fence, raised map[string]int64) error {
+	if f.At < 1 || f.Margin < 1 {
+		return fmt.Errorf("segment: fence at %d by %d: want both at least 1", f.At, f.Margin)
+	}
+	for tag, maxID := range raised {
+		if err := checkMark(tag, maxID); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	m.version++
+	for tag, maxID := range raised {
+		if maxID > m.marks[tag].maxID {
+			m.marks[tag] = markEntry{maxID: maxID, version: m.version}
+		}
+	}
+	m.fence = f
+	need := m.version
+	m.mu.Unlock()
+	return m.flush(need)
 }
 
 // Raise implements Marks. The mark rises in memory at once, before the write: a failed
@@ -172,7 +227,7 @@ func (m *FileMarks) flush(need uint64) error {
 		m.mu.Unlock()
 		return nil // a write that started after our rise covered it
 	}
-	version, data := m.version, encodeMarks(m.marks)
+	version, data := m.version, encodeMarks(m.marks, m.fence)
 	m.mu.Unlock()
 	if err := writeFileDurably(m.path, data); err != nil {
 		return fmt.Errorf("segment: write marks file %q: %w", m.path, err)
@@ -294,11 +349,16 @@ func nameSome(items []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:maxNamedTags], ", "), len(items)-maxNamedTags)
 }
 
-// encodeMarks renders the marks file (see marksHeader).
-func encodeMarks(marks map[string]markEntry) []byte {
-	b := make([]byte, 0, len(marksHeader)+len(marks)*32+32)
-	b = append(b, marksHeader...)
-	b = append(b, '\n')
+// encodeMarks renders the marks file (see marksHeader): version 1, or version 2 with
+// the fence when there is one.
+func encodeMarks(marks map[string]markEntry, fence Fence) []byte {
+	b := make([]byte, 0, len(marksHeaderFenced)+len(marks)*32+96)
+	if fence == (Fence{}) {
+		b = append(b, marksHeader...)
+		b = append(b, '\n')
+	} else {
+		b = fmt.Appendf(b, "%s\n%s%d margin %d\n", marksHeaderFenced, marksFencePrefix, fence.At, fence.Margin)
+	}
 	for _, tag := range slices.Sorted(maps.Keys(marks)) {
 		b = append(b, tag...)
 		b = append(b, ' ')
@@ -309,52 +369,81 @@ func encodeMarks(marks map[string]markEntry) []byte {
 }
 
 // decodeMarks parses a marks file, refusing anything encodeMarks could not have written.
-func decodeMarks(data []byte) (map[string]int64, error) {
+func decodeMarks(data []byte) (map[string]int64, Fence, error) {
+	var fence Fence
 	if len(data) == 0 {
-		return nil, errors.New("the file is empty")
+		return nil, fence, errors.New("the file is empty")
 	}
 	if data[len(data)-1] != '\n' {
-		return nil, errors.New("the last line is cut short")
+		return nil, fence, errors.New("the last line is cut short")
 	}
 	cut := bytes.LastIndexByte(data[:len(data)-1], '\n') + 1
 	body, last := data[:cut], string(data[cut:len(data)-1])
 	hex, ok := strings.CutPrefix(last, marksSumPrefix)
 	if !ok || len(hex) != 8 {
-		return nil, fmt.Errorf("the last line %s is not the checksum line", wire.Quote(last))
+		return nil, fence, fmt.Errorf("the last line %s is not the checksum line", wire.Quote(last))
 	}
 	want, err := strconv.ParseUint(hex, 16, 32)
 	if err != nil {
-		return nil, fmt.Errorf("the checksum %s is not 8 hex digits", wire.Quote(hex))
+		return nil, fence, fmt.Errorf("the checksum %s is not 8 hex digits", wire.Quote(hex))
 	}
 	if got := crc32.ChecksumIEEE(body); uint32(want) != got {
-		return nil, fmt.Errorf("the checksum of the content is %08x, the file says %s", got, hex)
+		return nil, fence, fmt.Errorf("the checksum of the content is %08x, the file says %s", got, hex)
 	}
 	if len(body) == 0 {
-		return nil, errors.New("the header line is missing")
+		return nil, fence, errors.New("the header line is missing")
 	}
 	lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
-	if lines[0] != marksHeader {
-		return nil, fmt.Errorf("line 1: %s is not %q", wire.Quote(lines[0]), marksHeader)
+	first := 1 // the first tag line
+	switch lines[0] {
+	case marksHeader:
+	case marksHeaderFenced:
+		if len(lines) < 2 {
+			return nil, fence, errors.New("line 2: the fence line is missing")
+		}
+		if fence, err = decodeFence(lines[1]); err != nil {
+			return nil, fence, fmt.Errorf("line 2: %w", err)
+		}
+		first = 2
+	default:
+		return nil, fence, fmt.Errorf("line 1: %s is not %q or %q", wire.Quote(lines[0]), marksHeader, marksHeaderFenced)
 	}
-	marks := make(map[string]int64, len(lines)-1)
-	for i, line := range lines[1:] {
+	marks := make(map[string]int64, len(lines)-first)
+	for i, line := range lines[first:] {
+		n := i + first + 1
 		tag, num, ok := strings.Cut(line, " ")
 		if !ok {
-			return nil, fmt.Errorf("line %d: %s is not \"tag max_id\"", i+2, wire.Quote(line))
+			return nil, fence, fmt.Errorf("line %d: %s is not \"tag max_id\"", n, wire.Quote(line))
 		}
 		maxID, err := strconv.ParseInt(num, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: max_id %s is not a whole number", i+2, wire.Quote(num))
+			return nil, fence, fmt.Errorf("line %d: max_id %s is not a whole number", n, wire.Quote(num))
 		}
 		if err := checkMark(tag, maxID); err != nil {
-			return nil, fmt.Errorf("line %d: %w", i+2, err)
+			return nil, fence, fmt.Errorf("line %d: %w", n, err)
 		}
 		if _, dup := marks[tag]; dup {
-			return nil, fmt.Errorf("line %d: tag %q appears twice", i+2, tag)
+			return nil, fence, fmt.Errorf("line %d: tag %q appears twice", n, tag)
 		}
 		marks[tag] = maxID
 	}
-	return marks, nil
+	return marks, fence, nil
+}
+
+// decodeFence parses "fenced <at> margin <margin>", both at least 1.
+func decodeFence(line string) (Fence, error) {
+	var f Fence
+	fields := strings.Split(line, " ")
+	if len(fields) != 4 || fields[0]+" " != marksFencePrefix || fields[2] != "margin" {
+		return Fence{}, fmt.Errorf("%s is not \"fenced <unix ms> margin <n>\"", wire.Quote(line))
+	}
+	var err1, err2 error
+	f.At, err1 = strconv.ParseInt(fields[1], 10, 64)
+	f.Margin, err2 = strconv.ParseInt(fields[3], 10, 64)
+	if err1 != nil || err2 != nil || f.At < 1 || f.Margin < 1 {
+		return Fence{}, fmt.Errorf("%s: the time and the margin must be whole numbers of at least 1", wire.Quote(line))
+	}
+	return f, nil
 }
 
 // writeFileDurably replaces path with data so that, whatever crashes when, path then

@@ -115,7 +115,7 @@ func readMarks(tb testing.TB, path string) map[string]int64 {
 	if err != nil {
 		tb.Fatalf("read marks file: %v", err)
 	}
-	marks, err := decodeMarks(data)
+	marks, _, err := decodeMarks(data)
 	if err != nil {
 		tb.Fatalf("decode marks file %q: %v", data, err)
 	}
@@ -196,7 +196,13 @@ func TestFileMarksCorrupt(t *testing.T) {
 		{"BadChecksumHex", strings.Replace(good, "crc32 ", "crc32 zz", 1)},
 		{"NotAMarksFile", "{\"orders\":3001}\n"},
 		{"Zeros", strings.Repeat("\x00", 64)},
-		{"WrongHeader", withSum("leafbus segment high-water marks v2\norders 5\n")},
+		{"WrongHeader", withSum("leafbus segment high-water marks v3\norders 5\n")},
+		{"FencedWithoutFence", withSum(marksHeaderFenced + "\norders 5\n")},
+		{"FencedOnlyHeader", withSum(marksHeaderFenced + "\n")},
+		{"FenceNotANumber", withSum(marksHeaderFenced + "\nfenced 17x margin 5\norders 5\n")},
+		{"FenceZeroMargin", withSum(marksHeaderFenced + "\nfenced 1763790000123 margin 0\norders 5\n")},
+		{"FenceExtraField", withSum(marksHeaderFenced + "\nfenced 1763790000123 margin 5 x\n")},
+		{"FenceInV1", withSum(marksHeader + "\nfenced 1763790000123 margin 5\n")},
 		{"NoSpace", withSum(marksHeader + "\norders5\n")},
 		{"BadNumber", withSum(marksHeader + "\norders 5x\n")},
 		{"ZeroMark", withSum(marksHeader + "\norders 0\n")},
@@ -416,4 +422,64 @@ func TestCheckStoreAgainstMarks(t *testing.T) {
 			t.Fatalf("CheckStoreAgainstMarks(store down) = %v, want the store's error, not ErrStoreWentBack", err)
 		}
 	})
+}
+
+// TestFileMarksFence: RecordFence raises the marks it is given (never lowers one),
+// records the fence in a version 2 file that reads back, and a file never fenced stays
+// version 1, which earlier dispensers read.
+func TestFileMarksFence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "segment.marks")
+	m := mustOpenMarks(t, path)
+	if err := m.Raise("orders", 3001); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Raise("users", 20); err != nil {
+		t.Fatal(err)
+	}
+	if f := m.Fence(); f != (Fence{}) {
+		t.Fatalf("Fence() of a new file = %+v, want none", f)
+	}
+	if data, _ := os.ReadFile(path); !strings.HasPrefix(string(data), marksHeader+"\n") {
+		t.Fatalf("a file never fenced is not version 1:\n%s", data)
+	}
+	fence := Fence{At: 1763790000123, Margin: 10_000_000_000}
+	if err := m.RecordFence(fence, map[string]int64{"orders": 10_000_003_001, "users": 5, "lost": 10_000_000_007}); err != nil {
+		t.Fatalf("RecordFence: %v", err)
+	}
+	want := map[string]int64{"orders": 10_000_003_001, "users": 20, "lost": 10_000_000_007}
+	if got := m.All(); !maps.Equal(got, want) {
+		t.Fatalf("marks after the fence = %v, want %v", got, want)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := marksHeaderFenced + "\nfenced 1763790000123 margin 10000000000\nlost 10000000007\norders 10000003001\nusers 20\n"
+	if string(data) != withSum(body) {
+		t.Fatalf("marks file =\n%s\nwant\n%s", data, withSum(body))
+	}
+	reopened := mustOpenMarks(t, path)
+	if got := reopened.All(); !maps.Equal(got, want) || reopened.Fence() != fence {
+		t.Fatalf("reopened: marks %v fence %+v, want %v and %+v", got, reopened.Fence(), want, fence)
+	}
+	// A later rise keeps the fence.
+	if err := reopened.Raise("orders", 10_000_005_001); err != nil {
+		t.Fatal(err)
+	}
+	if f := mustOpenMarks(t, path).Fence(); f != fence {
+		t.Fatalf("fence after a Raise = %+v, want %+v", f, fence)
+	}
+	for _, bad := range []struct {
+		f      Fence
+		raised map[string]int64
+	}{
+		{Fence{At: 0, Margin: 5}, nil},
+		{Fence{At: 5, Margin: 0}, nil},
+		{Fence{At: 5, Margin: 5}, map[string]int64{"bad tag": 7}},
+		{Fence{At: 5, Margin: 5}, map[string]int64{"orders": 0}},
+	} {
+		if err := reopened.RecordFence(bad.f, bad.raised); err == nil {
+			t.Errorf("RecordFence(%+v, %v): no error", bad.f, bad.raised)
+		}
+	}
 }

@@ -62,6 +62,7 @@ const (
 	mysqlErrBadField       = 1054 // ER_BAD_FIELD_ERROR: leaf_alloc lacks a column
 	mysqlErrNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
 	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step past BIGINT
+	mysqlErrUnknownSysVar  = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
 )
 
 // MySQLConfig configures OpenMySQLStore.
@@ -103,9 +104,13 @@ type MySQLStore struct {
 	db      *sql.DB
 	timeout time.Duration
 	where   string // database, host and user for error messages; never the password
+	ident   string // Identity, asked of the server at open
 }
 
-var _ Store = (*MySQLStore)(nil)
+var (
+	_ Store      = (*MySQLStore)(nil)
+	_ Identifier = (*MySQLStore)(nil)
+)
 
 // The statements. Only values are parameters: the table and column names are fixed.
 const (
@@ -223,8 +228,40 @@ func (s *MySQLStore) check(ctx context.Context, create bool) error {
 		}
 		return fmt.Errorf("segment: mysql store: read leaf_alloc in %s: %w", s.where, err)
 	}
+	if s.ident, err = s.askIdentity(ctx); err != nil {
+		return fmt.Errorf("segment: mysql store: ask %s which server it is: %w", s.where, err)
+	}
 	return nil
 }
+
+// askIdentity asks the server which server and database it is (Identity): the
+// server's own name for itself, not the address in the DSN, which differs between
+// dispensers that reach one server by different names and can be the same for two
+// servers behind one name. MySQL 5.6+ has @@server_uuid; MariaDB has none, so there it
+// is @@hostname:@@port.
+func (s *MySQLStore) askIdentity(ctx context.Context) (string, error) {
+	var (
+		server string
+		db     sql.NullString
+	)
+	err := s.db.QueryRowContext(ctx, "SELECT @@server_uuid, DATABASE()").Scan(&server, &db)
+	if mysqlErrNumber(err) == mysqlErrUnknownSysVar {
+		var (
+			host string
+			port int
+		)
+		err = s.db.QueryRowContext(ctx, "SELECT @@hostname, @@port, DATABASE()").Scan(&host, &port, &db)
+		server = fmt.Sprintf("%s:%d", host, port)
+	}
+	if err != nil {
+		return "", err
+	}
+	return "mysql " + server + "/" + db.String, nil
+}
+
+// Identity implements Identifier: "mysql <server>/<database>", as the server named
+// itself when the store opened.
+func (s *MySQLStore) Identity() string { return s.ident }
 
 // Close closes the connection pool.
 func (s *MySQLStore) Close() error {

@@ -38,6 +38,14 @@ type Store interface {
 	UpdateTag(ctx context.Context, u TagUpdate) (Tag, error)
 }
 
+// Identifier is what a Store may also offer (the KV and MySQL stores do): Identity says
+// which store it is, in one line that two dispensers of one deployment compare: "kv
+// leaf_segments", or "mysql <server>/<database>" with the server's own name for itself
+// (MySQL's @@server_uuid, or @@hostname:@@port where there is none, as on MariaDB).
+// Two stores with the same identity hand out ranges of one leaf_alloc; two with
+// different ones know nothing of each other's ranges.
+type Identifier interface{ Identity() string }
+
 // Tag is one row of leaf_alloc.
 type Tag struct {
 	Name        string

@@ -38,6 +38,8 @@ func (c *Config) flagSet(stderr io.Writer) *flag.FlagSet {
        dispenser tag add|list|update  manage segment tags of a running deployment
        dispenser decode ID            take a snowflake ID apart
        dispenser schema               print the MySQL DDL (Leaf's leaf_alloc)
+       dispenser deployment show|set  show or change the deployment record
+       dispenser fence                make a data dir put back from a copy safe to serve
 
 With no flags it embeds a NATS server with JetStream on 127.0.0.1:4222, keeps segments
 and worker-ID leases in JetStream KV under ./leafbus-data, and serves the sample tag
@@ -93,7 +95,12 @@ Flags:
 // parse reads args, then fills every flag not given on the command line from its
 // LEAFBUS_<NAME> environment variable.
 func (c *Config) parse(args []string, getenv func(string) string, stderr io.Writer) error {
-	fs := c.flagSet(stderr)
+	return c.parseFlags(c.flagSet(stderr), args, getenv)
+}
+
+// parseFlags is parse on fs: the serve flags and, for a subcommand that takes them
+// (admin.go), its own.
+func (c *Config) parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

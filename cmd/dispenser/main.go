@@ -33,6 +33,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exitCode(err, stderr)
 		case "schema":
 			return exitCode(runSchema(args[1:], stdout, stderr), stderr)
+		case "deployment":
+			return exitCode(runDeployment(ctx, args[1:], stdout, stderr), stderr)
+		case "fence":
+			return exitCode(runFence(ctx, args[1:], stdout, stderr), stderr)
 		}
 	}
 	m := NewMain()

@@ -33,3 +33,11 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueCon
 		}
 	}
 }
+
+// Gone reports whether err says the bucket (its stream) does not exist: deleted, or a
+// JetStream that lost its store. nats.go says so in more than one way.
+func Gone(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		(errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamNotFound)
+}

@@ -1,0 +1,317 @@
+package deployment
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/kvbucket"
+	"github.com/leafbus/leafbus/wire"
+)
+
+// ErrNoRecord is returned by Records.Get when the deployment has no record yet (or it
+// was deleted): the first dispenser to start writes one.
+var ErrNoRecord = errors.New("no deployment record")
+
+// ErrCorrupt is returned when the record cannot be read as a record of this version:
+// written by hand, by a newer leafbus, or damaged. A dispenser refuses to start on it
+// rather than guess; `dispenser deployment set` writes a good one over it.
+var ErrCorrupt = errors.New("deployment record unreadable")
+
+// ErrChanged is returned by Records.Update when the record is no longer at the revision
+// the caller read: someone else wrote it in between.
+var ErrChanged = errors.New("deployment record changed since it was read")
+
+// history is how many revisions of the record the bucket keeps, for an operator to see
+// what it was (`nats kv history leaf_deployment deployment`).
+const history = 16
+
+// casAttempts bounds the read-change-write loops against writers that keep getting in
+// first.
+const casAttempts = 16
+
+// Records is the deployment's record in JetStream KV: bucket <prefix>_deployment, key
+// wire.DeploymentKey. Safe for concurrent use.
+type Records struct {
+	js  jetstream.JetStream
+	cfg jetstream.KeyValueConfig
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // replaced by reopen
+}
+
+// Entry is the record as read, with its revision (what a compare-and-set writes over).
+type Entry struct {
+	Record   wire.Deployment
+	Revision uint64
+}
+
+// Open creates the bucket of prefix's record (history 16, replicas copies), or binds to
+// it when it exists.
+func Open(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (*Records, error) {
+	subjects, err := wire.NewSubjects(prefix)
+	if err != nil {
+		return nil, err
+	}
+	r := &Records{js: js, cfg: jetstream.KeyValueConfig{
+		Bucket:      subjects.Bucket(wire.DeploymentBucket),
+		Description: "leafbus: what this deployment is (segment store, worker registries, snowflake layout, monotonic tags)",
+		History:     history,
+		Replicas:    replicas,
+	}}
+	if err := r.reopen(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// reopen opens the bucket again: after it was deleted, it is created anew.
+func (r *Records) reopen(ctx context.Context) error {
+	kv, err := kvbucket.Open(ctx, r.js, r.cfg)
+	if err != nil {
+		return fmt.Errorf("deployment: %w", err)
+	}
+	r.mu.Lock()
+	r.kv = kv
+	r.mu.Unlock()
+	return nil
+}
+
+// bucket is the bucket as last opened.
+func (r *Records) bucket() jetstream.KeyValue {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kv
+}
+
+// Bucket is the bucket's name, "leaf_deployment".
+func (r *Records) Bucket() string { return r.cfg.Bucket }
+
+// Get reads the record. No record (or a deleted one) is ErrNoRecord; a value that is
+// not a valid record is ErrCorrupt, naming the bucket and the value; anything else is
+// the error of reading, which may pass (a NATS cluster electing its leaders).
+func (r *Records) Get(ctx context.Context) (Entry, error) {
+	e, err := r.bucket().Get(ctx, wire.DeploymentKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Entry{}, fmt.Errorf("%w in KV bucket %s", ErrNoRecord, r.Bucket())
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("deployment: read the record from KV bucket %s: %w", r.Bucket(), err)
+	}
+	rec, err := wire.ParseDeployment(e.Value())
+	if err != nil {
+		return Entry{Revision: e.Revision()}, fmt.Errorf("%w: KV bucket %s, key %s, revision %d: %w", ErrCorrupt, r.Bucket(), wire.DeploymentKey, e.Revision(), err)
+	}
+	return Entry{Record: rec, Revision: e.Revision()}, nil
+}
+
+// Create writes rec as the first record. When there is one already (another dispenser
+// wrote first) the error wraps jetstream.ErrKeyExists.
+func (r *Records) Create(ctx context.Context, rec wire.Deployment) (Entry, error) {
+	b, err := rec.Marshal()
+	if err != nil {
+		return Entry{}, fmt.Errorf("deployment: %w", err)
+	}
+	rev, err := r.bucket().Create(ctx, wire.DeploymentKey, b)
+	if err != nil {
+		return Entry{}, fmt.Errorf("deployment: create the record in KV bucket %s: %w", r.Bucket(), err)
+	}
+	return Entry{Record: rec, Revision: rev}, nil
+}
+
+// Update writes rec over revision rev: ErrChanged when the record is at another one.
+func (r *Records) Update(ctx context.Context, rec wire.Deployment, rev uint64) (Entry, error) {
+	b, err := rec.Marshal()
+	if err != nil {
+		return Entry{}, fmt.Errorf("deployment: %w", err)
+	}
+	next, err := r.bucket().Update(ctx, wire.DeploymentKey, b, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return Entry{}, fmt.Errorf("%w: KV bucket %s was at revision %d: %w", ErrChanged, r.Bucket(), rev, err)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("deployment: write the record to KV bucket %s: %w", r.Bucket(), err)
+	}
+	return Entry{Record: rec, Revision: next}, nil
+}
+
+// Raw reads the record's bytes and revision as they are, readable or not (for `dispenser
+// deployment show` of a record Get refuses); 0 and nil when there is none.
+func (r *Records) Raw(ctx context.Context) ([]byte, uint64, error) {
+	e, err := r.bucket().Get(ctx, wire.DeploymentKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("deployment: read the record from KV bucket %s: %w", r.Bucket(), err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// NewRecord is the record a deployment whose dispensers are like own has, written by
+// node at now for reason, with the monotonic tags tags (sorted here).
+func NewRecord(own Own, tags []string, node string, now time.Time, reason string) wire.Deployment {
+	rec := wire.Deployment{
+		Version:          wire.DeploymentVersion,
+		SegmentStore:     own.Store,
+		WorkerRegistries: []wire.DeployedRegistry{own.Registry},
+		Snowflake:        own.Layout,
+	}
+	rec.MonotonicTags = sortedTags(tags)
+	return stamp(rec, node, now, reason)
+}
+
+// stamp sets who wrote rec, when and why.
+func stamp(rec wire.Deployment, node string, now time.Time, reason string) wire.Deployment {
+	rec.WrittenBy, rec.WrittenAt, rec.Reason = node, now.UTC().Format("2006-01-02T15:04:05.000Z"), reason
+	return rec
+}
+
+func sortedTags(tags []string) []string {
+	out := slices.Clone(tags)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Outcome says what Check did.
+type Outcome int
+
+const (
+	Checked       Outcome = iota // the record was there and this dispenser fits it
+	Created                      // there was none: this dispenser's is the first
+	AddedRegistry                // it fits, and its registry was added for its worker IDs
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Created:
+		return "created"
+	case AddedRegistry:
+		return "registry added"
+	}
+	return "checked"
+}
+
+// Check is the start-up check: it reads the record and compares own with it, writing
+// the first record when there is none (a create: of two first starts one writes and the
+// other compares with what it wrote) and adding own's registry when Compare says so (a
+// compare-and-set). A dispenser that does not fit gets a *MismatchError (ErrMismatch);
+// an unreadable record ErrCorrupt; both mean: refuse to start. Any other error is one of
+// reading or writing the bucket, which may pass. node and now stamp what it writes.
+func Check(ctx context.Context, r *Records, own Own, node string, now time.Time) (Entry, Outcome, error) {
+	for attempt := 1; ; attempt++ {
+		e, err := r.Get(ctx)
+		if errors.Is(err, ErrNoRecord) {
+			e, err = r.Create(ctx, NewRecord(own, nil, node, now, "first start"))
+			if errors.Is(err, jetstream.ErrKeyExists) && attempt < casAttempts {
+				continue // another dispenser wrote the first record: compare with it
+			}
+			return e, Created, err
+		}
+		if err != nil {
+			return Entry{}, Checked, err
+		}
+		diffs, add := Compare(e.Record, own)
+		if len(diffs) > 0 {
+			return e, Checked, &MismatchError{Bucket: r.Bucket(), Record: e.Record, Differences: diffs}
+		}
+		if !add {
+			return e, Checked, nil
+		}
+		reason := fmt.Sprintf("worker registry %s for worker IDs %d..%d added at the start of %s", own.Registry.Identity, own.Registry.WorkerIDMin, own.Registry.WorkerIDMax, node)
+		next, err := r.Update(ctx, stamp(withRegistry(e.Record, own.Registry), node, now, reason), e.Revision)
+		if errors.Is(err, ErrChanged) && attempt < casAttempts {
+			continue
+		}
+		return next, AddedRegistry, err
+	}
+}
+
+// SetMonotonic makes the record's monotonic tags follow a tag marked (on) or unmarked
+// through the admin API (leaf.admin.tags.add/.update), with a compare-and-set, by node.
+// A record that already says so is not written. No record is ErrNoRecord: the
+// deployment's dispensers are older than the record, or it was deleted; the mark itself
+// is kept where the monotonic package keeps it either way.
+func SetMonotonic(ctx context.Context, r *Records, tag string, on bool, node string, now time.Time) error {
+	if err := wire.CheckTag(tag); err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		e, err := r.Get(ctx)
+		if err != nil {
+			return err
+		}
+		tags := slices.DeleteFunc(slices.Clone(e.Record.MonotonicTags), func(t string) bool { return t == tag })
+		if on {
+			tags = append(tags, tag)
+		}
+		tags = sortedTags(tags)
+		if slices.Equal(tags, e.Record.MonotonicTags) {
+			return nil
+		}
+		rec := e.Record
+		rec.MonotonicTags = tags
+		verb := "unmarked"
+		if on {
+			verb = "marked"
+		}
+		_, err = r.Update(ctx, stamp(rec, node, now, fmt.Sprintf("tag %s %s monotonic through %s", tag, verb, node)), e.Revision)
+		if errors.Is(err, ErrChanged) && attempt < casAttempts {
+			continue
+		}
+		return err
+	}
+}
+
+// AddMonotonic adds tags to the record's monotonic tags (those not there yet), with a
+// compare-and-set: what a dispenser does at start with the tags it finds marked that
+// the record lacks (a mark written by a dispenser older than the record).
+func AddMonotonic(ctx context.Context, r *Records, tags []string, node string, now time.Time) error {
+	for attempt := 1; ; attempt++ {
+		e, err := r.Get(ctx)
+		if err != nil {
+			return err
+		}
+		all := sortedTags(append(slices.Clone(e.Record.MonotonicTags), tags...))
+		if slices.Equal(all, e.Record.MonotonicTags) {
+			return nil
+		}
+		rec := e.Record
+		rec.MonotonicTags = all
+		_, err = r.Update(ctx, stamp(rec, node, now, "monotonic tags found marked at the start of "+node), e.Revision)
+		if errors.Is(err, ErrChanged) && attempt < casAttempts {
+			continue
+		}
+		return err
+	}
+}
+
+// Replace is the record `dispenser deployment set` writes: current (nil when there is
+// none, or it is unreadable) with own's segment store and snowflake layout, and own's
+// registry for own's worker IDs in place of every registry that hands out any of them
+// (with dropOthers, in place of all of them), its monotonic tags kept; written by node
+// at now.
+func Replace(current *wire.Deployment, own Own, dropOthers bool, node string, now time.Time) wire.Deployment {
+	if current == nil {
+		return NewRecord(own, nil, node, now, "deployment set by "+node)
+	}
+	next := *current
+	next.Version = wire.DeploymentVersion
+	next.SegmentStore, next.Snowflake = own.Store, own.Layout
+	next.WorkerRegistries = nil
+	for _, r := range current.WorkerRegistries {
+		if !dropOthers && !r.Overlaps(own.Registry) {
+			next.WorkerRegistries = append(next.WorkerRegistries, r)
+		}
+	}
+	next.WorkerRegistries = append(next.WorkerRegistries, own.Registry)
+	slices.SortFunc(next.WorkerRegistries, func(a, b wire.DeployedRegistry) int { return cmp.Compare(a.WorkerIDMin, b.WorkerIDMin) })
+	next.MonotonicTags = sortedTags(current.MonotonicTags)
+	return stamp(next, node, now, "deployment set by "+node)
+}
