@@ -47,6 +47,12 @@ var (
 	exitsComment = regexp.MustCompile(`#\s*exits (\d+)`)
 	hereDoc      = regexp.MustCompile(`<<-?\s*['"]?([A-Za-z_]+)['"]?`)
 	loopbackPort = regexp.MustCompile(`127\.0\.0\.1:(\d+)`)
+	assignment   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+	httpFlag     = regexp.MustCompile(`--http (\S+)`)
+	// A row of the status page's cluster table: node ID, version, worker ID ("—" when
+	// the dispenser did not say).
+	clusterRow = regexp.MustCompile(`<td>([^<\s]+)(?: <span class="muted">\(this node\)</span>)?</td><td>[^<]*</td>\s*<td class="num">(\d+|—)</td>`)
+	benchCheck = regexp.MustCompile(`check: ([0-9,]+) IDs, 0 duplicates`)
 )
 
 // readRunbook returns the runbook section's shell lines, in order.
@@ -277,7 +283,7 @@ func (h *runbookHost) stopAll() {
 // program is what a runbook line runs: its first word after the variable assignments.
 func program(text string) string {
 	for _, w := range strings.Fields(text) {
-		if !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`).MatchString(w) {
+		if !assignment.MatchString(w) {
 			return filepath.Base(w)
 		}
 	}
@@ -359,7 +365,7 @@ func checkHealthyStart(t *testing.T, h *runbookHost, dispensers, natsNodes []*ru
 	}
 	var statusPages []string
 	for _, d := range dispensers {
-		m := regexp.MustCompile(`--http (\S+)`).FindStringSubmatch(h.rename.Replace(d.line))
+		m := httpFlag.FindStringSubmatch(h.rename.Replace(d.line))
 		if m == nil {
 			t.Fatalf("dispenser line %q has no --http", d.line)
 		}
@@ -437,8 +443,7 @@ func clusterView(t *testing.T, page string) (workers map[string]int64, ok bool) 
 		return nil, false
 	}
 	workers = map[string]int64{}
-	row := regexp.MustCompile(`<td>([^<\s]+)(?: <span class="muted">\(this node\)</span>)?</td><td>[^<]*</td>\s*<td class="num">(\d+|—)</td>`)
-	for _, m := range row.FindAllStringSubmatch(section, -1) {
+	for _, m := range clusterRow.FindAllStringSubmatch(section, -1) {
 		w, err := strconv.ParseInt(m[2], 10, 64)
 		if err != nil {
 			return nil, false
@@ -480,7 +485,7 @@ func checkLine(t *testing.T, h *runbookHost, l runbookLine, prog, stdout, stderr
 		}
 	case prog == "bench":
 		// --check: every ID kept, none twice (bench's exit code says so too).
-		m := regexp.MustCompile(`check: ([0-9,]+) IDs, 0 duplicates`).FindStringSubmatch(stdout)
+		m := benchCheck.FindStringSubmatch(stdout)
 		if m == nil || m[1] == "0" {
 			t.Errorf("bench: stdout %q, want IDs checked and 0 duplicates", stdout)
 		}
