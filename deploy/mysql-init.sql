@@ -14,3 +14,9 @@ CREATE TABLE `leaf_alloc` (
 -- Leaf's sample row: the tag the dispensers' start-up message and bench ask for.
 INSERT INTO leaf_alloc (biz_tag, max_id, step, description)
 VALUES ('leaf-segment-test', 1, 2000, 'Leaf''s sample tag');
+
+-- The image made MYSQL_USER (leaf) the owner of the whole database; a dispenser needs
+-- only these (README "MySQL segments" gives the grants per role). Leaf's own grants are
+-- SELECT and UPDATE; INSERT lets operators add tags with `dispenser tag add`.
+REVOKE ALL PRIVILEGES ON `leaf`.* FROM 'leaf'@'%';
+GRANT SELECT, INSERT, UPDATE ON `leaf`.`leaf_alloc` TO 'leaf'@'%';

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -122,16 +125,58 @@ func (c *counterSource) Fill(_ context.Context, _ string, dst []int64) error {
 	return nil
 }
 
-func TestRolesConfigHoldsPlaceholderPasswords(t *testing.T) {
-	_, passwords := parseRolesConf(t)
-	if len(passwords) != 6 {
-		t.Errorf("%s has %d users, want 6 (dispenser, dispenser-service, client-a, client-b, etl, operator)", rolesConf, len(passwords))
+// TestRolesConfigHoldsNoPassword: every user's password is a reference to the
+// environment variable NATS_<USER>_PASSWORD, so the shipped file cannot be started with
+// a password anyone could read in the repository, and a server started without one of
+// them refuses, naming the variable.
+func TestRolesConfigHoldsNoPassword(t *testing.T) {
+	data, err := os.ReadFile(rolesConf)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for user, pw := range passwords {
-		if !strings.HasPrefix(pw, "CHANGE-ME-") {
-			t.Errorf("user %s: the shipped file must hold placeholders (CHANGE-ME-...), not a password", user)
+	userLine := regexp.MustCompile(`^\s*user:\s*(\S+)\s*$`)
+	passwordLine := regexp.MustCompile(`^\s*password:\s*(.*?)\s*$`)
+	users := map[string]string{} // user -> the password's value as written
+	var user string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if m := userLine.FindStringSubmatch(line); m != nil {
+			user = m[1]
+		}
+		if m := passwordLine.FindStringSubmatch(line); m != nil {
+			users[user] = m[1]
 		}
 	}
+	want := []string{"client-a", "client-b", "dispenser", "dispenser-service", "etl", "operator"}
+	if got := slices.Sorted(maps.Keys(users)); !slices.Equal(got, want) {
+		t.Errorf("%s has password lines for users %q, want %q", rolesConf, got, want)
+	}
+	for user, pw := range users {
+		if v := "$" + passwordVar(user); pw != v {
+			t.Errorf("user %s: password %q, want %s: passwords come from the environment, never from the file", user, pw, v)
+		}
+	}
+
+	_, passwords := parseRolesConf(t)
+	if len(passwords) != len(want) {
+		t.Errorf("%s has %d users, want %d (%q)", rolesConf, len(passwords), len(want), want)
+	}
+	for user, pw := range passwords {
+		if pw != os.Getenv(passwordVar(user)) {
+			t.Errorf("user %s: password %q, want the value of %s", user, pw, passwordVar(user))
+		}
+	}
+
+	missing := passwordVar("operator")
+	os.Unsetenv(missing) // parseRolesConf's t.Setenv restores it at cleanup
+	_, err = server.ProcessConfigFile(rolesConf)
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("%s without %s in the environment: %v, want an error naming the variable", rolesConf, missing, err)
+	}
+}
+
+// passwordVar is the environment variable the roles file reads user's password from.
+func passwordVar(user string) string {
+	return "NATS_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_PASSWORD"
 }
 
 // TestRoles starts a nats-server from the shipped file and plays every role: first what
@@ -373,6 +418,15 @@ func TestRoles(t *testing.T) {
 		}
 		svc.expectHandled(t, 1)
 
+		// IDs and decoding, to check that the deployment serves (dispenser decode,
+		// bench) without an application's password.
+		for _, subject := range []string{"leaf.segment.orders", "leaf.snowflake.orders", "leaf.decode.snowflake"} {
+			if _, err := op.Request(subject, []byte("1"), violationWait); err != nil {
+				t.Fatalf("operator: request %s: %v", subject, err)
+			}
+			svc.expectHandled(t, 1)
+		}
+
 		m, err = op.Request("$SRV.PING.leaf", nil, violationWait)
 		if err != nil {
 			t.Fatalf("$SRV.PING.leaf: %v", err)
@@ -507,8 +561,8 @@ func TestRoles(t *testing.T) {
 		op.refusedRequest(t, "$JS.API.STREAM.UPDATE.KV_leaf_leases")
 		op.refusedRequest(t, "$JS.API.STREAM.CREATE.KV_leaf_segments")
 		op.refusedRequest(t, "$JS.API.CONSUMER.MSG.NEXT.LEAF_POOL.segment_orders")
-		op.refusedRequest(t, "leaf.segment.orders")
 		op.refusedSubscribe(t, "leaf.admin.>", "leaf")
+		op.refusedSubscribe(t, "leaf.segment.*", "leaf")
 		op.refusedSubscribe(t, ">", "")
 	})
 
@@ -543,8 +597,9 @@ func TestRoles(t *testing.T) {
 	rs.snapshot(ctx, t, js, leaseKey).same(t, before, "after the refused actions")
 
 	// The confused deputy: requests the callers may send, with the reply subject aimed at
-	// what they may not touch. The server maps each reply subject to _R_.<random> in
-	// LEAF and the answer back to the caller's own account, so nothing in LEAF moves.
+	// what they may not touch. The server maps each reply subject to _R_.<random> in the
+	// exporting account (SERVICE for the service's subjects, LEAF for JetStream's) and
+	// the answer back to the caller's own account, so nothing in LEAF moves.
 	t.Run("deputy/client", func(t *testing.T) {
 		base := rs.snapshot(ctx, t, js, leaseKey)
 		total := rs.waitAPIIdle(t)
@@ -643,31 +698,60 @@ func TestRoles(t *testing.T) {
 		rs.unchangedSince(ctx, t, js, base, leaseKey, "after the operator's deputy requests")
 	})
 
+	second := startStandIn(t, rs.connect(t, "dispenser-service"))
+	instances := []string{svc.svc.Info().ID, second.svc.Info().ID}
+
 	t.Run("operator/discovery", func(t *testing.T) {
 		// Every dispenser answers a ping: one request, as many replies as dispensers.
-		second := startStandIn(t, rs.connect(t, "dispenser-service"))
-		want := map[string]bool{svc.svc.Info().ID: true, second.svc.Info().ID: true}
-		inbox := op.NewInbox()
-		sub, err := op.SubscribeSync(inbox)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Unsubscribe()
-		if err := op.PublishRequest("$SRV.PING.leaf", inbox, nil); err != nil {
-			t.Fatal(err)
-		}
-		for len(want) > 0 {
-			m, err := sub.NextMsg(violationWait)
-			if err != nil {
-				t.Fatalf("$SRV.PING.leaf: still waiting for %d dispensers after %v: %v", len(want), violationWait, err)
-			}
-			var ping micro.Ping
-			if err := json.Unmarshal(m.Data, &ping); err != nil {
-				t.Fatalf("$SRV.PING.leaf answered %q: %v", m.Data, err)
-			}
-			delete(want, ping.ID)
+		expectEveryInstance(t, op, "$SRV.PING.leaf", instances)
+	})
+
+	t.Run("dispenser/discovery", func(t *testing.T) {
+		// A dispenser's JetStream connection asks its peers ($SRV.INFO.leaf: the peer
+		// worker-ID range check and the status page's cluster view) through LEAF's
+		// import from SERVICE, and every peer's answer arrives, with no refusal.
+		disp.drain()
+		expectEveryInstance(t, disp, "$SRV.INFO.leaf", instances)
+		expectEveryInstance(t, disp, "$SRV.PING.leaf", instances)
+		select {
+		case err := <-disp.errs:
+			t.Errorf("dispenser: asynchronous error while asking its peers: %v", err)
+		default:
 		}
 	})
+}
+
+// expectEveryInstance publishes one request on subject ($SRV.PING.leaf or
+// $SRV.INFO.leaf) from c and waits for an answer from every service instance of ids.
+func expectEveryInstance(t *testing.T, c *roleConn, subject string, ids []string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	inbox := c.NewInbox()
+	sub, err := c.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := c.PublishRequest(subject, inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	for len(want) > 0 {
+		m, err := sub.NextMsg(violationWait)
+		if err != nil {
+			t.Fatalf("%s: %s: still waiting for %d dispensers after %v: %v", c.user, subject, len(want), violationWait, err)
+		}
+		var answer struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(m.Data, &answer); err != nil || answer.Name != "leaf" {
+			t.Fatalf("%s: %s answered %q (%v)", c.user, subject, m.Data, err)
+		}
+		delete(want, answer.ID)
+	}
 }
 
 // poolCount is how many batches the pool stream holds on subject (0 while the stream

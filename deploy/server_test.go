@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/leafbus/leafbus/internal/testutil"
 )
 
 // rolesConf is the file under test, relative to this package's directory (where go test
@@ -24,18 +26,20 @@ const rolesConf = "nats-roles.conf"
 // a round trip on loopback, so the bound only matters when something is wrong.
 const violationWait = 10 * time.Second
 
-// rolesServer is a nats-server started from rolesConf as it is, except for the client
-// listen address (127.0.0.1, a random port) and the JetStream store directory.
+// rolesServer is a nats-server started from rolesConf as it is, with a client listen
+// address (127.0.0.1, a random port) and JetStream in a temporary store directory.
 type rolesServer struct {
 	srv       *server.Server
 	url       string
 	passwords map[string]string // user -> password, as the file gives them
 }
 
-// parseRolesConf reads rolesConf as nats-server does and returns the options and every
-// user's password.
+// parseRolesConf reads rolesConf as nats-server does, with every role's password in
+// the environment as an operator's secrets file puts it, and returns the options and
+// every user's password.
 func parseRolesConf(t *testing.T) (*server.Options, map[string]string) {
 	t.Helper()
+	testutil.NATSConfPasswords(t, rolesConf)
 	opts, err := server.ProcessConfigFile(rolesConf)
 	if err != nil {
 		t.Fatalf("parse %s: %v", rolesConf, err)
@@ -61,9 +65,9 @@ func startRolesServer(t *testing.T) *rolesServer {
 			t.Fatalf("%s opens a %s listener (port %d): this test would bind it; keep extra listeners out of the file or teach the test to move them to 127.0.0.1", rolesConf, name, port)
 		}
 	}
-	if !opts.JetStream {
-		t.Fatalf("%s does not enable JetStream", rolesConf)
-	}
+	// The file holds the roles only: the server around it (deploy/nats.conf, or the
+	// embedded one of --nats-config) gives the listen address and JetStream.
+	opts.JetStream = true
 	opts.Host = "127.0.0.1"
 	opts.Port = server.RANDOM_PORT
 	opts.StoreDir = t.TempDir()

@@ -224,12 +224,18 @@ func (c Config) checkRegistry() []error {
 		if c.NATS != "" && c.Advertise == "" {
 			add("--worker-registry zk with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
 		}
+		if c.listensOnAnyPort() && c.Advertise == "" {
+			add("--worker-registry zk with --listen %s needs --advertise ip:port: the identity this node keeps its worker ID under defaults to --listen's port, and port 0 is a new one at every start and the same for every such dispenser on the host", c.Listen)
+		}
 	case "mysql":
 		if c.MySQLDSN == "" {
 			add("--worker-registry mysql needs --mysql-dsn")
 		}
 		if c.NATS != "" && c.Advertise == "" {
 			add("--worker-registry mysql with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
+		}
+		if c.listensOnAnyPort() && c.Advertise == "" {
+			add("--worker-registry mysql with --listen %s needs --advertise ip:port: the identity this node keeps its worker ID under defaults to --listen's port, and port 0 is a new one at every start and the same for every such dispenser on the host", c.Listen)
 		}
 	default:
 		add("--worker-registry %q: want kv, zk, mysql or static", c.WorkerRegistry)
@@ -290,6 +296,13 @@ func (c Config) connConfig(name string) client.ConnConfig {
 // for a start while the registry or KV is unreachable.
 func (c Config) cacheFile() *workerid.CacheFile {
 	return &workerid.CacheFile{Path: filepath.Join(c.DataDir, c.Prefix+"-workerid-"+c.NodeID+".json")}
+}
+
+// listensOnAnyPort reports whether the embedded server takes a port the kernel picks
+// (--listen host:0), which is no identity to advertise.
+func (c Config) listensOnAnyPort() bool {
+	_, port, err := net.SplitHostPort(c.Listen)
+	return c.NATS == "" && err == nil && port == "0"
 }
 
 // advertiseAddr is --advertise, or the first non-loopback IPv4 with --listen's port.

@@ -105,32 +105,80 @@ func TestNewRefuses(t *testing.T) {
 }
 
 // TestBanner: the start-up lines are byte for byte what they have always been; scripts
-// read them.
+// read them. Where the servers authenticate clients they say how to connect as the
+// shipped roles' users, and where the secret goes, never a secret.
 func TestBanner(t *testing.T) {
 	tests := []struct {
-		name, url, prefix, status, want string
+		name, url, prefix, status string
+		auth                      clientAuth
+		want                      string
 	}{
-		{"DefaultURL", nats.DefaultURL, "leaf", "", "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
+		{"DefaultURL", nats.DefaultURL, "leaf", "", clientAuth{}, "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
 			"  nats req leaf.segment.leaf-segment-test \"\"\n" +
 			"  nats req leaf.snowflake.any \"\"\n" +
 			"  nats req leaf.segment.leaf-segment-test 5      (five IDs)\n"},
-		{"OtherURL", "nats://127.0.0.1:41234", "acme", "", "leafbus is serving on nats://127.0.0.1:41234. Ask for IDs with the nats CLI:\n" +
+		{"OtherURL", "nats://127.0.0.1:41234", "acme", "", clientAuth{}, "leafbus is serving on nats://127.0.0.1:41234. Ask for IDs with the nats CLI:\n" +
 			"  nats --server nats://127.0.0.1:41234 req acme.segment.leaf-segment-test \"\"\n" +
 			"  nats --server nats://127.0.0.1:41234 req acme.snowflake.any \"\"\n" +
 			"  nats --server nats://127.0.0.1:41234 req acme.segment.leaf-segment-test 5      (five IDs)\n"},
-		{"StatusPage", nats.DefaultURL, "leaf", "http://127.0.0.1:8080/", "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
+		{"StatusPage", nats.DefaultURL, "leaf", "http://127.0.0.1:8080/", clientAuth{}, "leafbus is serving on nats://127.0.0.1:4222. Ask for IDs with the nats CLI:\n" +
 			"  nats req leaf.segment.leaf-segment-test \"\"\n" +
 			"  nats req leaf.snowflake.any \"\"\n" +
 			"  nats req leaf.segment.leaf-segment-test 5      (five IDs)\n" +
 			"status page: http://127.0.0.1:8080/\n"},
+		{"Users", "nats://n1:4222,nats://n2:4222", "leaf", "http://127.0.0.1:8081/", clientAuth{method: "user"},
+			"leafbus is serving on nats://n1:4222,nats://n2:4222, whose servers authenticate clients. Ask for IDs with the nats CLI as an application's user (deploy/nats-roles.conf: client-a, its password in NATS_PASSWORD):\n" +
+				"  nats --server nats://n1:4222,nats://n2:4222 --user client-a --inbox-prefix _INBOX_client-a req leaf.segment.leaf-segment-test \"\"\n" +
+				"  nats --server nats://n1:4222,nats://n2:4222 --user client-a --inbox-prefix _INBOX_client-a req leaf.snowflake.any \"\"\n" +
+				"  nats --server nats://n1:4222,nats://n2:4222 --user client-a --inbox-prefix _INBOX_client-a req leaf.segment.leaf-segment-test 5      (five IDs)\n" +
+				"Manage tags as the operator (its password in LEAFBUS_PASSWORD):\n" +
+				"  dispenser tag list --nats nats://n1:4222,nats://n2:4222 --user operator\n" +
+				"status page: http://127.0.0.1:8081/\n"},
+		{"CredsAndTLS", "tls://n1:4222", "acme", "", clientAuth{method: "creds", tlsCA: "/etc/leafbus/ca.pem", mutualTLS: true},
+			"leafbus is serving on tls://n1:4222, whose servers authenticate clients. Ask for IDs with the nats CLI as an application's user (deploy/nats-roles.conf: client-a, the .creds file of client-a):\n" +
+				"  nats --server tls://n1:4222 --creds client-a.creds --inbox-prefix _INBOX_client-a --tlsca /etc/leafbus/ca.pem --tlscert client-a.pem --tlskey client-a-key.pem req acme.segment.leaf-segment-test \"\"\n" +
+				"  nats --server tls://n1:4222 --creds client-a.creds --inbox-prefix _INBOX_client-a --tlsca /etc/leafbus/ca.pem --tlscert client-a.pem --tlskey client-a-key.pem req acme.snowflake.any \"\"\n" +
+				"  nats --server tls://n1:4222 --creds client-a.creds --inbox-prefix _INBOX_client-a --tlsca /etc/leafbus/ca.pem --tlscert client-a.pem --tlskey client-a-key.pem req acme.segment.leaf-segment-test 5      (five IDs)\n" +
+				"Manage tags as the operator (the .creds file of operator):\n" +
+				"  dispenser tag list --nats tls://n1:4222 --prefix acme --creds operator.creds --tls-ca /etc/leafbus/ca.pem --tls-cert operator.pem --tls-key operator-key.pem\n"},
+		{"Token", nats.DefaultURL, "leaf", "", clientAuth{method: "token"},
+			"leafbus is serving on nats://127.0.0.1:4222, whose servers authenticate clients. Ask for IDs with the nats CLI, the deployment's token in NATS_USER:\n" +
+				"  nats req leaf.segment.leaf-segment-test \"\"\n" +
+				"  nats req leaf.snowflake.any \"\"\n" +
+				"  nats req leaf.segment.leaf-segment-test 5      (five IDs)\n" +
+				"Manage tags as the operator (the deployment's token in LEAFBUS_TOKEN):\n" +
+				"  dispenser tag list --nats nats://127.0.0.1:4222\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			writeBanner(&b, tt.url, tt.prefix, tt.status)
+			writeBanner(&b, banner{url: tt.url, prefix: tt.prefix, statusURL: tt.status, auth: tt.auth})
 			if b.String() != tt.want {
-				t.Errorf("writeBanner(%q, %q, %q) =\n%q\nwant\n%q", tt.url, tt.prefix, tt.status, b.String(), tt.want)
+				t.Errorf("writeBanner(%q, %q, %q, %+v) =\n%s\nwant\n%s", tt.url, tt.prefix, tt.status, tt.auth, b.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestBannerNoSecret: a dispenser configured with credentials prints how to connect
+// under them, and not one secret: not its password, not its service user's.
+func TestBannerNoSecret(t *testing.T) {
+	cfg := rolesConfig(t)
+	var out bytes.Buffer
+	d, err := newTest(t, cfg, WithBanner(&out))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runReady(t, d)
+	b := out.String()
+	for _, secret := range []string{cfg.Conn.Password, cfg.ServiceAuth.Password} {
+		if strings.Contains(b, secret) {
+			t.Errorf("the banner prints a password:\n%s", b)
+		}
+	}
+	for _, want := range []string{"--user client-a --inbox-prefix _INBOX_client-a req leaf.segment.", "dispenser tag list --nats " + d.ClientURL() + " --user operator"} {
+		if !strings.Contains(b, want) {
+			t.Errorf("the banner does not say %q:\n%s", want, b)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/bus"
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 )
@@ -59,7 +60,8 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		Metrics:   d.metrics,
 		Readiness: d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat)),
 		Status: httpapi.Status{
-			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: d.clientURL, SegmentStore: cfg.SegmentStore,
+			// A --nats URL may carry a user and password: the page shows none.
+			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: client.RedactURLs(d.clientURL), SegmentStore: cfg.SegmentStore,
 			Sources: d.sources(),
 			Cluster: httpapi.Discover(d.nc, cfg.Prefix),
 		},

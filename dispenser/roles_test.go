@@ -4,6 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,15 +25,19 @@ import (
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
+	"github.com/leafbus/leafbus/workerid"
 )
 
 // rolesConf is the shipped per-role configuration (deploy/nats-roles.conf), as the
-// embedded server's --nats-config. Its placeholder passwords are fine here.
+// embedded server's --nats-config.
 const rolesConf = "../deploy/nats-roles.conf"
 
-// rolesPasswords is every user's password in rolesConf.
+// rolesPasswords puts every role's password into the environment for tb's duration, as
+// an operator's secrets file does (the file reads them from there), and returns each
+// user's password.
 func rolesPasswords(tb testing.TB) map[string]string {
 	tb.Helper()
+	testutil.NATSConfPasswords(tb, rolesConf)
 	opts, err := server.ProcessConfigFile(rolesConf)
 	if err != nil {
 		tb.Fatalf("parse %s: %v", rolesConf, err)
@@ -47,6 +58,32 @@ func rolesConfig(tb testing.TB) Config {
 	cfg.NATSConfig = rolesConf
 	cfg.Conn.User, cfg.Conn.Password = "dispenser", pw["dispenser"]
 	cfg.ServiceAuth = Credentials{User: "dispenser-service", Password: pw["dispenser-service"]}
+	return cfg
+}
+
+// noDiscoveryConfig is the test configuration on an embedded server whose dispenser
+// user may not publish to $SRV (as deploy/nats-roles.conf allowed before issue 25): the
+// peer range check's request is refused.
+func noDiscoveryConfig(tb testing.TB) Config {
+	tb.Helper()
+	conf := filepath.Join(tb.TempDir(), "no-discovery.conf")
+	err := os.WriteFile(conf, []byte(`accounts {
+  LEAF {
+    jetstream: enabled
+    users: [
+      {user: dispenser, password: "d", permissions: {publish: {deny: ["$SRV.>"]}}}
+      {user: dispenser-service, password: "s"}
+    ]
+  }
+}
+`), 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := testConfig(tb)
+	cfg.NATSConfig = conf
+	cfg.Conn.User, cfg.Conn.Password = "dispenser", "d"
+	cfg.ServiceAuth = Credentials{User: "dispenser-service", Password: "s"}
 	return cfg
 }
 
@@ -289,4 +326,80 @@ func TestNATSConfigWrongCredentials(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNATSConfigRolesDiscovery: under the shipped roles the dispensers find each other.
+// Two dispensers on one server (the second joins the first's embedded server over TCP
+// with --nats), with worker-ID ranges that overlap without being the same: each one's
+// peer range check asks $SRV.INFO and warns about the other, nobody logs a refusal, and
+// each status page lists both dispensers with their worker IDs.
+func TestNATSConfigRolesDiscovery(t *testing.T) {
+	first := rolesConfig(t)
+	first.NodeID, first.WorkerIDMin, first.WorkerIDMax = "roles-1", 0, 511
+	logs := map[string]*testutil.SyncBuffer{}
+	start := func(cfg Config) *Dispenser {
+		t.Helper()
+		buf := &testutil.SyncBuffer{}
+		logs[cfg.NodeID] = buf
+		logger := slog.New(slog.NewTextHandler(io.MultiWriter(buf, testutil.LogWriter(t)), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		d, err := newTest(t, cfg, WithLogger(logger), withPeerCheck(100*time.Millisecond, time.Hour))
+		if err != nil {
+			t.Fatalf("New(%s): %v", cfg.NodeID, err)
+		}
+		runReady(t, d)
+		return d
+	}
+	a := start(first)
+	second := testConfig(t)
+	second.NATS, second.NodeID, second.WorkerIDMin, second.WorkerIDMax = a.ClientURL(), "roles-2", 256, 767
+	second.Conn.User, second.Conn.Password = first.Conn.User, first.Conn.Password
+	second.ServiceAuth = first.ServiceAuth
+	b := start(second)
+
+	waitWarning(t, logs["roles-1"], "roles-1", "roles-2", workerid.Range{Min: 0, Max: 511})
+	waitWarning(t, logs["roles-2"], "roles-2", "roles-1", workerid.Range{Min: 256, Max: 767})
+
+	want := map[string]int64{"roles-1": a.snowflakes.WorkerID(), "roles-2": b.snowflakes.WorkerID()}
+	for _, d := range []*Dispenser{a, b} {
+		testutil.Eventually(t, 10*time.Second, d.cfg.NodeID+"'s status page listing both dispensers with their worker IDs", func() bool {
+			got := statusCluster(t, d)
+			return maps.Equal(got, want)
+		})
+	}
+	for node, log := range logs {
+		for _, bad := range []string{"peer range check off", "NATS asynchronous error", "Permissions Violation", "level=ERROR"} {
+			if strings.Contains(log.String(), bad) {
+				t.Errorf("%s logged %q under the shipped roles:\n%s", node, bad, log.Line(bad))
+			}
+		}
+	}
+}
+
+// clusterRow is one dispenser of the status page's cluster table: its node ID and its
+// worker ID ("—" when it did not say).
+var clusterRow = regexp.MustCompile(`<td>([^<\s]+)(?: <span class="muted">\(this node\)</span>)?</td><td>[^<]*</td>\s*<td class="num">(\d+|—)</td>`)
+
+// statusCluster reads d's status page and returns the worker ID of each dispenser its
+// cluster table lists (-1 for one shown without).
+func statusCluster(t *testing.T, d *Dispenser) map[string]int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + d.HTTPAddr().String() + "/")
+	if err != nil {
+		t.Fatalf("status page of %s: %v", d.cfg.NodeID, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, _, _ := strings.Cut(string(body[bytes.Index(body, []byte(`<section id="cluster">`))+1:]), "</section>")
+	out := map[string]int64{}
+	for _, m := range clusterRow.FindAllStringSubmatch(section, -1) {
+		w, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			w = -1
+		}
+		out[m[1]] = w
+	}
+	return out
 }

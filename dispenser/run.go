@@ -7,6 +7,9 @@ import (
 	"io"
 
 	"github.com/oklog/run"
+
+	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Run runs every part as one oklog/run group until ctx ends, a signal of WithSignals
@@ -171,28 +174,139 @@ func (d *Dispenser) announce(ctx context.Context) error {
 		}
 	}
 	cfg := d.cfg
-	d.log.Info("serving", "nats", d.clientURL, "http", d.statusURL(), "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)
+	url := client.RedactURLs(d.clientURL)
+	d.log.Info("serving", "nats", url, "http", d.statusURL(), "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)
 	if d.opts.banner != nil {
-		writeBanner(d.opts.banner, d.clientURL, cfg.Prefix, d.statusURL())
+		writeBanner(d.opts.banner, banner{url: url, prefix: cfg.Prefix, statusURL: d.statusURL(), auth: cfg.clientAuth()})
 	}
 	close(d.ready)
 	<-ctx.Done()
 	return nil
 }
 
+// banner is what the start-up lines say: where the deployment is, its prefix, the
+// status page ("" without HTTP) and how clients authenticate.
+type banner struct {
+	url, prefix, statusURL string
+	auth                   clientAuth
+}
+
+// clientAuth is how clients of this deployment authenticate, as far as this dispenser
+// can tell from its own connection: the method of its credentials and its TLS files.
+// It holds no secret.
+type clientAuth struct {
+	method    string // "" (none), "user", "token", "nkey" or "creds"
+	tlsCA     string // the CA file that verifies the servers
+	mutualTLS bool   // the servers want a client certificate
+}
+
+// clientAuth reads the method from the credentials of the JetStream connection.
+func (c Config) clientAuth() clientAuth {
+	a := clientAuth{tlsCA: c.Conn.TLSCA, mutualTLS: c.Conn.TLSCert != ""}
+	switch creds := c.credentials(); {
+	case creds.User != "":
+		a.method = "user"
+	case creds.Token != "":
+		a.method = "token"
+	case creds.NKeySeedFile != "":
+		a.method = "nkey"
+	case creds.CredsFile != "":
+		a.method = "creds"
+	}
+	return a
+}
+
+// natsFlags are the nats CLI's flags for a user of the deployment's roles
+// (deploy/nats-roles.conf): the credential flag, and the inbox prefix an application's
+// user needs; and where that user's secret goes.
+func (a clientAuth) natsFlags(user string, application bool) (flags, secret string) {
+	switch a.method {
+	case "user":
+		flags, secret = " --user "+user, "its password in NATS_PASSWORD"
+	case "token":
+		secret = "the deployment's token in NATS_USER"
+	case "nkey":
+		flags, secret = " --nkey "+user+".nk", "the NKey seed of "+user
+	case "creds":
+		flags, secret = " --creds "+user+".creds", "the .creds file of "+user
+	}
+	if application && (a.method == "user" || a.method == "nkey" || a.method == "creds") {
+		flags += " --inbox-prefix _INBOX_" + user
+	}
+	if a.tlsCA != "" {
+		flags += " --tlsca " + a.tlsCA
+	}
+	if a.mutualTLS {
+		flags += " --tlscert " + user + ".pem --tlskey " + user + "-key.pem"
+	}
+	return flags, secret
+}
+
+// cliFlags are the dispenser commands' flags for user, and where its secret goes.
+func (a clientAuth) cliFlags(user string) (flags, secret string) {
+	switch a.method {
+	case "user":
+		flags, secret = " --user "+user, "its password in LEAFBUS_PASSWORD"
+	case "token":
+		secret = "the deployment's token in LEAFBUS_TOKEN"
+	case "nkey":
+		flags, secret = " --nkey "+user+".nk", "the NKey seed of "+user
+	case "creds":
+		flags, secret = " --creds "+user+".creds", "the .creds file of "+user
+	}
+	if a.tlsCA != "" {
+		flags += " --tls-ca " + a.tlsCA
+	}
+	if a.mutualTLS {
+		flags += " --tls-cert " + user + ".pem --tls-key " + user + "-key.pem"
+	}
+	return flags, secret
+}
+
 // writeBanner tells a newcomer how to ask for IDs with the nats CLI and, when HTTP
 // serves, where the status page is. Scripts read these lines: keep them byte for byte.
-func writeBanner(w io.Writer, url, prefix, statusURL string) {
+// When the servers authenticate clients (this dispenser connects with credentials),
+// the lines carry the flags of the shipped roles' users (an application's, client-a,
+// with its inbox prefix; the operator's for the tag commands) and say where each secret
+// goes: never a secret itself.
+func writeBanner(w io.Writer, b banner) {
 	server := ""
-	if url != "nats://127.0.0.1:4222" {
-		server = " --server " + url
+	if b.url != "nats://127.0.0.1:4222" {
+		server = " --server " + b.url
 	}
-	fmt.Fprintf(w, `leafbus is serving on %s. Ask for IDs with the nats CLI:
+	if b.auth.method == "" && b.auth.tlsCA == "" && !b.auth.mutualTLS {
+		fmt.Fprintf(w, `leafbus is serving on %s. Ask for IDs with the nats CLI:
   nats%s req %s.segment.%s ""
   nats%s req %s.snowflake.any ""
   nats%s req %s.segment.%s 5      (five IDs)
-`, url, server, prefix, SampleTagName, server, prefix, server, prefix, SampleTagName)
-	if statusURL != "" {
-		fmt.Fprintf(w, "status page: %s\n", statusURL)
+`, b.url, server, b.prefix, SampleTagName, server, b.prefix, server, b.prefix, SampleTagName)
+	} else {
+		app, secret := b.auth.natsFlags("client-a", true)
+		how := ", over TLS. Ask for IDs with the nats CLI"
+		switch b.auth.method {
+		case "token":
+			how = ", whose servers authenticate clients. Ask for IDs with the nats CLI, " + secret
+		case "user", "nkey", "creds":
+			how = ", whose servers authenticate clients. Ask for IDs with the nats CLI as an application's user (deploy/nats-roles.conf: client-a, " + secret + ")"
+		}
+		nats := "nats" + server + app
+		fmt.Fprintf(w, `leafbus is serving on %s%s:
+  %s req %s.segment.%s ""
+  %s req %s.snowflake.any ""
+  %s req %s.segment.%s 5      (five IDs)
+`, b.url, how, nats, b.prefix, SampleTagName, nats, b.prefix, nats, b.prefix, SampleTagName)
+		op, secret := b.auth.cliFlags("operator")
+		prefix := ""
+		if b.prefix != wire.DefaultPrefix {
+			prefix = " --prefix " + b.prefix
+		}
+		who := "as the operator"
+		if secret != "" {
+			who += " (" + secret + ")"
+		}
+		fmt.Fprintf(w, "Manage tags %s:\n  dispenser tag list --nats %s%s%s\n", who, b.url, prefix, op)
+	}
+	if b.statusURL != "" {
+		fmt.Fprintf(w, "status page: %s\n", b.statusURL)
 	}
 }

@@ -421,13 +421,13 @@ func requestJSON(t *testing.T, nc *nats.Conn, verb micro.Verb, id string, out an
 	}
 }
 
-// TestPeerRangeCheckRefused: with deploy/nats-roles.conf the dispenser's user may not
-// ask $SRV.INFO; the check says so once and turns itself off instead of provoking the
-// server's refusal at every check, and the dispenser serves on.
+// TestPeerRangeCheckRefused: where the dispenser's user may not ask $SRV.INFO, the
+// check says so once and turns itself off instead of provoking the server's refusal at
+// every check, and the dispenser serves on.
 func TestPeerRangeCheckRefused(t *testing.T) {
 	var buf testutil.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(&buf, testutil.LogWriter(t)), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d, err := newTest(t, rolesConfig(t), WithLogger(logger), withPeerCheck(50*time.Millisecond, time.Hour))
+	d, err := newTest(t, noDiscoveryConfig(t), WithLogger(logger), withPeerCheck(50*time.Millisecond, time.Hour))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -63,6 +63,13 @@ const (
 	mysqlErrNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
 	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step past BIGINT
 	mysqlErrUnknownSysVar  = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
+
+	// Refusals of this user (ErrStoreDenied).
+	mysqlErrDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: no privilege on the database
+	mysqlErrAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR: user or password refused
+	mysqlErrTableAccessDenied  = 1142 // ER_TABLEACCESS_DENIED_ERROR: "INSERT command denied ... for table"
+	mysqlErrColumnAccessDenied = 1143 // ER_COLUMNACCESS_DENIED_ERROR
+	mysqlErrSpecificDenied     = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
 )
 
 // MySQLConfig configures OpenMySQLStore.
@@ -101,10 +108,12 @@ type MySQLConfig struct {
 // biz_tag compares with the table's collation, case-insensitively by default, as in
 // Leaf: "Orders" and "orders" name one row, so AddTag of one refuses the other.
 type MySQLStore struct {
-	db      *sql.DB
-	timeout time.Duration
-	where   string // database, host and user for error messages; never the password
-	ident   string // Identity, asked of the server at open
+	db       *sql.DB
+	timeout  time.Duration
+	where    string // database, host and user for error messages; never the password
+	database string // of the DSN, for the GRANT a refusal names
+	user     string
+	ident    string // Identity, asked of the server at open
 }
 
 var (
@@ -148,9 +157,11 @@ func OpenMySQLStore(ctx context.Context, cfg MySQLConfig) (*MySQLStore, error) {
 	db.SetConnMaxLifetime(mysqlConnMaxLifetime)
 	db.SetConnMaxIdleTime(mysqlConnMaxIdleTime)
 	s := &MySQLStore{
-		db:      db,
-		timeout: timeout,
-		where:   fmt.Sprintf("database %q on %s as user %q", dc.DBName, dc.Addr, dc.User),
+		db:       db,
+		timeout:  timeout,
+		where:    fmt.Sprintf("database %q on %s as user %q", dc.DBName, dc.Addr, dc.User),
+		database: dc.DBName,
+		user:     dc.User,
 	}
 	if err := s.check(ctx, cfg.CreateTable); err != nil {
 		db.Close()
@@ -215,7 +226,7 @@ func (s *MySQLStore) check(ctx context.Context, create bool) error {
 	}
 	if create {
 		if _, err := s.db.ExecContext(ctx, MySQLSchema); err != nil {
-			return fmt.Errorf("segment: mysql store: create leaf_alloc in %s: %w", s.where, err)
+			return fmt.Errorf("segment: mysql store: create leaf_alloc in %s: %w", s.where, s.denied(err, "CREATE", "to create it (--mysql-create-table)"))
 		}
 	}
 	rows, err := s.db.QueryContext(ctx, mysqlProbe)
@@ -226,7 +237,7 @@ func (s *MySQLStore) check(ctx context.Context, create bool) error {
 		if n := mysqlErrNumber(err); n == mysqlErrNoSuchTable || n == mysqlErrBadField {
 			return fmt.Errorf("segment: mysql store: %w in %s (run `dispenser schema` against it, or start with --mysql-create-table): %w", ErrNoLeafAlloc, s.where, err)
 		}
-		return fmt.Errorf("segment: mysql store: read leaf_alloc in %s: %w", s.where, err)
+		return fmt.Errorf("segment: mysql store: read leaf_alloc in %s: %w", s.where, s.denied(err, "SELECT", "to read the tags"))
 	}
 	if s.ident, err = s.askIdentity(ctx); err != nil {
 		return fmt.Errorf("segment: mysql store: ask %s which server it is: %w", s.where, err)
@@ -314,7 +325,7 @@ func (s *MySQLStore) take(ctx context.Context, tag string, step int64) (Tag, err
 		return nil
 	})
 	if err != nil {
-		return Tag{}, fmt.Errorf("segment: mysql take: %w", err)
+		return Tag{}, fmt.Errorf("segment: mysql take: %w", s.denied(err, "UPDATE", "to take segments"))
 	}
 	return t, nil
 }
@@ -328,7 +339,7 @@ func (s *MySQLStore) Tag(ctx context.Context, tag string) (Tag, error) {
 	defer cancel()
 	t, err := scanRow(s.db.QueryRowContext(ctx, mysqlSelectRow, tag))
 	if err != nil {
-		return Tag{}, fmt.Errorf("segment: mysql tag: %w", err)
+		return Tag{}, fmt.Errorf("segment: mysql tag: %w", s.denied(err, "SELECT", "to read the tags"))
 	}
 	return t, nil
 }
@@ -340,7 +351,7 @@ func (s *MySQLStore) Tags(ctx context.Context) ([]Tag, error) {
 	defer cancel()
 	rows, err := s.db.QueryContext(ctx, mysqlSelectAll)
 	if err != nil {
-		return nil, fmt.Errorf("segment: mysql list tags: %w", err)
+		return nil, fmt.Errorf("segment: mysql list tags: %w", s.denied(err, "SELECT", "to read the tags"))
 	}
 	defer rows.Close()
 	list := []Tag{}
@@ -381,7 +392,7 @@ func (s *MySQLStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 		return err
 	})
 	if err != nil {
-		return Tag{}, fmt.Errorf("segment: mysql add: %w", err)
+		return Tag{}, fmt.Errorf("segment: mysql add: %w", s.denied(err, "INSERT", "to add tags (dispenser tag add)"))
 	}
 	return added, nil
 }
@@ -429,7 +440,7 @@ func (s *MySQLStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 		return err
 	})
 	if err != nil {
-		return Tag{}, fmt.Errorf("segment: mysql update: %w", err)
+		return Tag{}, fmt.Errorf("segment: mysql update: %w", s.denied(err, "UPDATE", "to update tags (dispenser tag update)"))
 	}
 	return updated, nil
 }
@@ -477,6 +488,29 @@ func scanRow(r rowScanner) (Tag, error) {
 	t.Description = descr.String
 	t.UpdateTime = t.UpdateTime.UTC()
 	return t, nil
+}
+
+// denied wraps err as ErrStoreDenied when MySQL refused it to this user, saying which
+// privilege is missing (the one MySQL names, else need, the one the operation needs),
+// what it is needed for, and the statement that grants it; any other error is returned
+// as it is.
+func (s *MySQLStore) denied(err error, need, purpose string) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return err
+	}
+	switch me.Number {
+	case mysqlErrTableAccessDenied, mysqlErrColumnAccessDenied, mysqlErrDBAccessDenied, mysqlErrSpecificDenied:
+		// "INSERT command denied to user 'leaf'@'10.0.0.7' for table `leaf`.`leaf_alloc`"
+		if cmd, _, ok := strings.Cut(me.Message, " command denied"); ok && cmd != "" && !strings.ContainsAny(cmd, " '`") {
+			need = cmd
+		}
+		return fmt.Errorf("%w: MySQL user %q lacks the %s privilege on leaf_alloc of database %q, which a dispenser needs %s; grant it: GRANT %s ON `%s`.`leaf_alloc` TO '%s'@'<its host>' (README \"MySQL segments\" lists the grants per role): %w",
+			ErrStoreDenied, s.user, need, s.database, purpose, need, s.database, s.user, err)
+	case mysqlErrAccessDenied:
+		return fmt.Errorf("%w: the MySQL server refuses user %q (its password in the DSN, or the host it connects from): %w", ErrStoreDenied, s.user, err)
+	}
+	return err
 }
 
 // mysqlErrNumber is the MySQL error number in err's chain, or 0.

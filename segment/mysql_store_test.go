@@ -572,3 +572,70 @@ func BenchmarkMySQLTake(b *testing.B) {
 		}
 	}
 }
+
+// TestMySQLStoreMissingGrant: a store whose MySQL user lacks a privilege answers that
+// operation with ErrStoreDenied (so ErrUnavailable: a 503, not a 500), naming the
+// privilege, the table, the user and the GRANT that mends it; a grant given while the
+// store runs takes effect at the next call. With Leaf's own grants (SELECT and UPDATE
+// on leaf_alloc) it serves and only adding a tag is refused.
+func TestMySQLStoreMissingGrant(t *testing.T) {
+	srv := testenv.MariaDB(t)
+	rootDSN := srv.NewDatabase(t)
+	admin := openMySQL(t, rootDSN) // creates leaf_alloc
+	ctx := testCtx(t)
+	if _, err := admin.AddTag(ctx, Tag{Name: "orders", Step: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	root := testenv.OpenDB(t, rootDSN)
+	dbName := admin.database
+	user := "leaf_" + dbName // unique on the shared server, like the database
+	exec := func(stmt string) {
+		t.Helper()
+		if _, err := root.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw'")
+	t.Cleanup(func() { _, _ = root.ExecContext(context.Background(), "DROP USER '"+user+"'@'%'") })
+	exec("GRANT SELECT, UPDATE ON `" + dbName + "`.`leaf_alloc` TO '" + user + "'@'%'") // Leaf's grants
+
+	cfg, err := mysql.ParseDSN(rootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = user, "pw"
+	_, err = OpenMySQLStore(ctx, MySQLConfig{DSN: cfg.FormatDSN(), CreateTable: true})
+	testutil.CheckErr(t, "OpenMySQLStore --mysql-create-table without CREATE", err, ErrStoreDenied, "GRANT CREATE ON `"+dbName+"`.`leaf_alloc`")
+	leaf, err := OpenMySQLStore(ctx, MySQLConfig{DSN: cfg.FormatDSN()})
+	if err != nil {
+		t.Fatalf("OpenMySQLStore with SELECT, UPDATE: %v", err)
+	}
+	defer leaf.Close()
+
+	if _, err := leaf.Take(ctx, "orders", 0); err != nil {
+		t.Fatalf("Take with SELECT, UPDATE: %v", err)
+	}
+	if _, err := leaf.Tags(ctx); err != nil {
+		t.Fatalf("Tags with SELECT, UPDATE: %v", err)
+	}
+	_, err = leaf.AddTag(ctx, Tag{Name: "invoices", Step: 1000})
+	grant := "GRANT INSERT ON `" + dbName + "`.`leaf_alloc` TO '" + user + "'@"
+	testutil.CheckErr(t, "AddTag without INSERT", err, ErrStoreDenied, grant)
+	testutil.CheckErr(t, "AddTag without INSERT", err, ErrUnavailable, "lacks the INSERT privilege on leaf_alloc")
+
+	exec("GRANT INSERT ON `" + dbName + "`.`leaf_alloc` TO '" + user + "'@'%'")
+	if _, err := leaf.AddTag(ctx, Tag{Name: "invoices", Step: 1000}); err != nil {
+		t.Fatalf("AddTag once INSERT was granted: %v", err)
+	}
+
+	exec("REVOKE UPDATE ON `" + dbName + "`.`leaf_alloc` FROM '" + user + "'@'%'")
+	_, err = leaf.Take(ctx, "orders", 0)
+	testutil.CheckErr(t, "Take without UPDATE", err, ErrStoreDenied, "GRANT UPDATE ON `"+dbName+"`.`leaf_alloc`")
+	_, err = leaf.UpdateTag(ctx, TagUpdate{Name: "orders", Step: new(int64(2000))})
+	testutil.CheckErr(t, "UpdateTag without UPDATE", err, ErrStoreDenied, "needs to update tags")
+
+	// Not every error is a refusal: with SELECT left, a missing tag is still that.
+	if _, err := leaf.Tag(ctx, "nope"); !errors.Is(err, ErrTagNotFound) || errors.Is(err, ErrStoreDenied) {
+		t.Errorf("Tag of a missing tag: %v, want ErrTagNotFound", err)
+	}
+}

@@ -75,6 +75,21 @@ var ErrTagNotFound = errors.New("tag not found")
 // ErrTagExists is returned by AddTag when the tag already has a row.
 var ErrTagExists = errors.New("tag already exists")
 
+// ErrStoreDenied is returned when the segment store refuses an operation to the user the
+// dispenser connects as: a MySQL privilege missing (Leaf's own grants, SELECT and UPDATE
+// on leaf_alloc, do not let a dispenser add tags), or a password the server no longer
+// takes. It is an operator's error, mended by a grant without a restart, not a bug, and
+// it matches ErrUnavailable, so callers answer it as "not now" (503); the message names
+// the privilege, the table, the user and the statement that grants it.
+var ErrStoreDenied error = &storeDeniedError{}
+
+// storeDeniedError is ErrStoreDenied: it matches ErrUnavailable without saying "segment
+// IDs unavailable" in a message about adding a tag.
+type storeDeniedError struct{}
+
+func (*storeDeniedError) Error() string        { return "the segment store refuses this user" }
+func (*storeDeniedError) Is(target error) bool { return target == ErrUnavailable }
+
 // ErrMaxIDOverflow is returned by Take when advancing the tag's max_id by the step would
 // pass the largest int64: the tag is used up, and wrapping to negative IDs is never an
 // option.

@@ -544,7 +544,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := parseFlags(tt.args, &bytes.Buffer{})
+			cfg, err := parseFlags(tt.args, &bytes.Buffer{}, func(string) string { return "" })
 			if tt.wantErr {
 				if !errors.Is(err, ErrInvalidConfig) {
 					t.Fatalf("parseFlags(%v) error = %v, want ErrInvalidConfig", tt.args, err)
@@ -553,6 +553,49 @@ func TestParseFlags(t *testing.T) {
 			}
 			if err != nil || !tt.check(cfg) {
 				t.Fatalf("parseFlags(%v) = %+v, %v", tt.args, cfg, err)
+			}
+		})
+	}
+}
+
+// TestParseFlagsEnv: when bench loads NATS, where the deployment is and who connects
+// also come from LEAFBUS_<NAME>, as for the dispenser and its commands, so a role's
+// password need not be on the command line; a flag given wins, and nothing else is read
+// from the environment.
+func TestParseFlagsEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		check   func(c Config) bool
+		wantErr bool
+		env     map[string]string
+	}{
+		{"Env", nil, func(c Config) bool {
+			return c.Conn.URLs == "nats://n1:4222" && c.Conn.User == "client-a" && c.Conn.Password == "secret" && c.InboxPrefix == "_INBOX_client-a" && c.Prefix == "ids"
+		}, false, map[string]string{"LEAFBUS_NATS": "nats://n1:4222", "LEAFBUS_USER": "client-a", "LEAFBUS_PASSWORD": "secret", "LEAFBUS_INBOX_PREFIX": "_INBOX_client-a", "LEAFBUS_PREFIX": "ids"}},
+		{"EnvToken", nil, func(c Config) bool { return c.Conn.Token == "t" && c.Conn.User == "" }, false, map[string]string{"LEAFBUS_TOKEN": "t"}},
+		{"FlagWinsOverEnv", []string{"--user", "operator"}, func(c Config) bool { return c.Conn.User == "operator" && c.Conn.Password == "secret" },
+			false, map[string]string{"LEAFBUS_USER": "client-a", "LEAFBUS_PASSWORD": "secret"}},
+		{"EnvNotForEmbedded", []string{"--embedded"}, func(c Config) bool { return c.Conn.URLs == "nats://127.0.0.1:4222" && c.Conn.User == "" },
+			false, map[string]string{"LEAFBUS_NATS": "nats://n1:4222", "LEAFBUS_USER": "client-a"}},
+		{"EnvNotForHTTP", []string{"--http", "http://127.0.0.1:8080"}, func(c Config) bool { return c.InboxPrefix == "" },
+			false, map[string]string{"LEAFBUS_INBOX_PREFIX": "_INBOX_client-a"}},
+		{"LoadFlagsNotFromEnv", nil, func(c Config) bool { return c.HTTP == "" && c.Duration == 10*time.Second },
+			false, map[string]string{"LEAFBUS_HTTP": "127.0.0.1:8080", "LEAFBUS_DURATION": "1s"}},
+		{"ErrEnvInboxPrefix", nil, nil, true, map[string]string{"LEAFBUS_INBOX_PREFIX": "leaf.x"}},
+		{"ErrEnvTwoMethods", nil, nil, true, map[string]string{"LEAFBUS_USER": "u", "LEAFBUS_TOKEN": "t"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseFlags(tt.args, &bytes.Buffer{}, func(k string) string { return tt.env[k] })
+			if tt.wantErr {
+				if !errors.Is(err, ErrInvalidConfig) {
+					t.Fatalf("parseFlags(%v) with %v: error = %v, want ErrInvalidConfig", tt.args, tt.env, err)
+				}
+				return
+			}
+			if err != nil || !tt.check(cfg) {
+				t.Fatalf("parseFlags(%v) with %v = %+v, %v", tt.args, tt.env, cfg, err)
 			}
 		})
 	}

@@ -125,9 +125,39 @@ Exit status: 0 done; 1 duplicate IDs (--check) or IDs out of order inside a repl
 Flags:
 `
 
-// parseFlags turns the command line into a validated Config. It returns flag.ErrHelp
-// after printing the help for -h/--help.
-func parseFlags(args []string, output io.Writer) (Config, error) {
+// envFlags are the flags bench also takes from the environment as LEAFBUS_<NAME>
+// (--inbox-prefix from LEAFBUS_INBOX_PREFIX), when it loads NATS and the command line
+// does not give them: where the deployment is and who connects, the variables the
+// dispenser and its decode and tag commands read too, so that one role's environment
+// serves every tool and no password need be on a command line. The load's own flags
+// stay on the command line: LEAFBUS_HTTP, for one, is a dispenser's listener, not a
+// server to load.
+var envFlags = []string{"nats", "prefix", "inbox-prefix", "user", "password", "token", "nkey", "creds", "tls-ca", "tls-cert", "tls-key"}
+
+// envName is the environment variable of a flag: --inbox-prefix is LEAFBUS_INBOX_PREFIX.
+func envName(flagName string) string {
+	return "LEAFBUS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets each of envFlags that set (the flags on the command line) lacks from
+// its variable, when that is not empty.
+func applyEnv(fs *flag.FlagSet, set map[string]bool, getenv func(string) string) error {
+	for _, name := range envFlags {
+		v := getenv(envName(name))
+		if set[name] || v == "" {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, envName(name), err)
+		}
+	}
+	return nil
+}
+
+// parseFlags turns the command line, and the environment read by getenv (envFlags),
+// into a validated Config. It returns flag.ErrHelp after printing the help for
+// -h/--help.
+func parseFlags(args []string, output io.Writer, getenv func(string) string) (Config, error) {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(output)
@@ -135,7 +165,7 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 		fmt.Fprint(fs.Output(), usageIntro)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated")
+	fs.StringVar(&cfg.Conn.URLs, "nats", cfg.Conn.URLs, "NATS server URL(s) of the deployment, comma separated (this and the credential, TLS, --prefix and --inbox-prefix flags also from LEAFBUS_<NAME>, e.g. LEAFBUS_PASSWORD)")
 	cfg.Conn.RegisterFlags(fs)
 	fs.BoolVar(&cfg.Embedded, "embedded", false, "start a dispenser (with its own NATS server) inside bench and load it; excludes --nats")
 	fs.StringVar(&cfg.HTTP, "http", "", "load a server with Leaf's HTTP API at this base `URL` instead of NATS: GET /api/segment/get/{tag} and /api/snowflake/get/{tag}, ?count=N for --batch; text replies only")
@@ -177,6 +207,11 @@ func parseFlags(args []string, output io.Writer) (Config, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !cfg.Embedded && cfg.HTTP == "" {
+		if err := applyEnv(fs, set, getenv); err != nil {
+			return cfg, err
+		}
+	}
 	if err := shape.apply(&cfg); err != nil {
 		return cfg, err
 	}

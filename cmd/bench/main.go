@@ -68,7 +68,7 @@ func main() {
 
 // bench is main with its surroundings passed in: flags, then config, run, report.
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer, live bool) int {
-	cfg, err := parseFlags(args, stderr)
+	cfg, err := parseFlags(args, stderr, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}

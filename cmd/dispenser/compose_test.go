@@ -7,15 +7,18 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/nats-io/nats-server/v2/server"
@@ -23,7 +26,9 @@ import (
 
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/dispenser"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/testenv"
 )
 
 // There is no Docker engine where the tests run, so these tests read docker-compose.yml,
@@ -139,6 +144,9 @@ func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// loadCompose reads the file as Compose does, with the passwords of a secrets file
+// made by deploy/secrets.sh as .env would give them: each service's environment and
+// command are interpolated.
 func loadCompose(tb testing.TB) *composeFile {
 	tb.Helper()
 	b, err := os.ReadFile(composePath)
@@ -152,7 +160,66 @@ func loadCompose(tb testing.TB) *composeFile {
 	if len(f.Services) == 0 {
 		tb.Fatalf("%s: no services", composePath)
 	}
+	vars := deploySecrets(tb)
+	for name, s := range f.Services {
+		for k, v := range s.Environment {
+			s.Environment[k] = interpolate(tb, name+" "+k, v, vars)
+		}
+		for i, a := range s.Command {
+			s.Command[i] = interpolate(tb, name+" command", a, vars)
+		}
+		f.Services[name] = s
+	}
 	return &f
+}
+
+// deploySecrets runs deploy/secrets.sh, as README's runbook and docker-compose.yml's
+// header do, and returns the secrets file it prints.
+func deploySecrets(tb testing.TB) map[string]string {
+	tb.Helper()
+	out, err := exec.Command("sh", filepath.Join(deployDir, "secrets.sh")).Output()
+	if err != nil {
+		tb.Fatalf("deploy/secrets.sh: %v", err)
+	}
+	vars := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || v == "" {
+			tb.Fatalf("deploy/secrets.sh printed %q: want NAME=value lines", line)
+		}
+		vars[k] = v
+	}
+	return vars
+}
+
+// composeVar is a Compose interpolation: ${NAME}, ${NAME:?err}, ${NAME?err},
+// ${NAME:-default}, ${NAME-default}, or $NAME; $$ is a dollar sign.
+var composeVar = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[?-])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
+
+// interpolate replaces the variables in v as Compose does from vars (what .env holds);
+// a variable required with ? that vars lacks fails tb, naming where.
+func interpolate(tb testing.TB, where, v string, vars map[string]string) string {
+	tb.Helper()
+	return composeVar.ReplaceAllStringFunc(v, func(m string) string {
+		if m == "$$" {
+			return "$"
+		}
+		sub := composeVar.FindStringSubmatch(m)
+		name, op, arg := sub[1], sub[2], sub[3]
+		if name == "" {
+			name = sub[4]
+		}
+		val, ok := vars[name]
+		switch {
+		case ok && (val != "" || !strings.HasPrefix(op, ":")):
+			return val
+		case strings.HasSuffix(op, "-"):
+			return arg
+		case strings.HasSuffix(op, "?"):
+			tb.Errorf("%s: Compose would refuse: %s is not set (%s)", where, name, arg)
+		}
+		return val
+	})
 }
 
 // program is what a service runs: "dispenser" or "bench" for the leafbus image (built
@@ -239,9 +306,23 @@ func TestComposeShape(t *testing.T) {
 }
 
 // TestComposeImagesPinned: every image has a version tag (never latest, never none); the
-// leafbus image is built from the repository instead.
+// leafbus image is built from the repository instead; the NATS servers run the
+// nats-server version go.mod builds the dispenser and the tests with.
 func TestComposeImagesPinned(t *testing.T) {
 	f := loadCompose(t)
+	gomod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*github\.com/nats-io/nats-server/v2 v(\S+)`).FindSubmatch(gomod)
+	if m == nil {
+		t.Fatal("go.mod requires no github.com/nats-io/nats-server/v2")
+	}
+	for _, name := range f.servicesWithImage("nats") {
+		if tag := strings.TrimPrefix(f.Services[name].Image, "nats:"); tag != string(m[1]) && !strings.HasPrefix(tag, string(m[1])+"-") {
+			t.Errorf("service %s: image %s, want nats-server %s as go.mod (nats:%s-alpine)", name, f.Services[name].Image, m[1], m[1])
+		}
+	}
 	version := regexp.MustCompile(`^[a-z0-9./_-]+:v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[a-z0-9.]+)?$`)
 	for name, s := range f.Services {
 		switch {
@@ -390,6 +471,20 @@ func TestComposeDispensers(t *testing.T) {
 			t.Errorf("service %s: the dispenser rejects its configuration: %v", name, err)
 			continue
 		}
+		// The roles' two dispenser users, their passwords in the environment.
+		if cfg.Conn.User != "dispenser" || cfg.ServiceAuth.User != "dispenser-service" {
+			t.Errorf("service %s: --user %q --service-user %q, want the roles' dispenser and dispenser-service", name, cfg.Conn.User, cfg.ServiceAuth.User)
+		}
+		for _, fl := range flagArgs(s.Command) {
+			if strings.Contains(fl, "password") {
+				t.Errorf("service %s: --%s on the command line: passwords go in the environment", name, fl)
+			}
+		}
+		for _, u := range []struct{ user, password string }{{cfg.Conn.User, cfg.Conn.Password}, {cfg.ServiceAuth.User, cfg.ServiceAuth.Password}} {
+			if want := natsPassword(t, f, u.user); u.password != want {
+				t.Errorf("service %s: user %s's password is not the one the NATS services give it", name, u.user)
+			}
+		}
 		if cfg.NATS == "" || cfg.SegmentStore != "mysql" || cfg.WorkerRegistry != "zk" || cfg.KVReplicas != 3 {
 			t.Errorf("service %s: --nats %q --segment-store %s --worker-registry %s --kv-replicas %d; want a NATS cluster, mysql, zk and 3",
 				name, cfg.NATS, cfg.SegmentStore, cfg.WorkerRegistry, cfg.KVReplicas)
@@ -439,6 +534,22 @@ func TestComposeDispensers(t *testing.T) {
 	}
 }
 
+// natsPassword is the password the NATS services give user (deploy/nats-roles.conf
+// reads it from NATS_<USER>_PASSWORD), "" when they do not agree on one.
+func natsPassword(t *testing.T, f *composeFile, user string) string {
+	t.Helper()
+	v := "NATS_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_PASSWORD"
+	pw := ""
+	for i, name := range f.servicesWithImage("nats") {
+		got := f.Services[name].Environment[v]
+		if i > 0 && got != pw {
+			return ""
+		}
+		pw = got
+	}
+	return pw
+}
+
 // checkDSNAgainstMySQL: the DSN's user, password and database are the ones the mysql
 // service creates.
 func checkDSNAgainstMySQL(t *testing.T, f *composeFile, service string, dsn *mysql.Config) {
@@ -485,6 +596,20 @@ func TestComposeBench(t *testing.T) {
 			continue
 		}
 		wantServiceHosts(t, f, name+" --nats", natsHosts(t, name+" --nats", *values["nats"]))
+		// An application's user of the roles, with its own inbox prefix, and its
+		// password from a variable bench reads.
+		if user, inbox := *values["user"], *values["inbox-prefix"]; user == "" || inbox != "_INBOX_"+user {
+			t.Errorf("service %s: --user %q --inbox-prefix %q: want an application's user of deploy/nats-roles.conf with its inbox prefix _INBOX_<user>", name, user, inbox)
+		}
+		env := benchEnv(t)
+		for k := range s.Environment {
+			if strings.HasPrefix(k, "LEAFBUS_") && !env[k] {
+				t.Errorf("service %s: bench reads no %s (it reads %v)", name, k, slices.Sorted(maps.Keys(env)))
+			}
+		}
+		if s.Environment["LEAFBUS_PASSWORD"] == "" {
+			t.Errorf("service %s: no LEAFBUS_PASSWORD: the user's password must come from the environment", name)
+		}
 		if k := *values["kind"]; k != "" && k != "segment" && k != "snowflake" {
 			t.Errorf("service %s: --kind %q: want segment or snowflake", name, k)
 		}
@@ -569,27 +694,65 @@ func benchFlags(tb testing.TB) map[string]bool {
 	return flags
 }
 
+// benchEnv reads the LEAFBUS_ variables bench reads: the names of its envFlags, from
+// its source as benchFlags reads its flags.
+func benchEnv(tb testing.TB) map[string]bool {
+	tb.Helper()
+	src := readFile(tb, filepath.Join(benchDir, "config.go"))
+	m := regexp.MustCompile(`(?s)var envFlags = \[\]string\{([^}]*)\}`).FindStringSubmatch(src)
+	if m == nil {
+		tb.Fatalf("%s/config.go: no envFlags list; has the way bench reads its environment changed?", benchDir)
+	}
+	env := map[string]bool{}
+	for _, q := range regexp.MustCompile(`"[^"]+"`).FindAllString(m[1], -1) {
+		name, _ := strconv.Unquote(q)
+		env[envName(name)] = true
+	}
+	return env
+}
+
+// readFile is a file's text, or fails tb.
+func readFile(tb testing.TB, path string) string {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
 // TestComposeNATSConfig loads deploy/nats.conf with nats-server's own parser, once per
 // NATS service with that service's environment: JetStream on, a cluster whose routes
-// are the NATS services, a distinct server name each, and the healthcheck on the
-// monitoring port.
+// are the NATS services and authenticate, a distinct server name each, the roles of
+// deploy/nats-roles.conf mounted where the include finds them, and the healthcheck on
+// the monitoring port.
 func TestComposeNATSConfig(t *testing.T) {
 	f := loadCompose(t)
 	names := f.servicesWithImage("nats")
 	serverNames := map[string]string{}
 	for _, name := range names {
 		s := f.Services[name]
-		conf := ""
+		conf, confDst := "", ""
+		mounts := map[string]string{} // target -> source
 		for _, v := range s.Volumes {
 			src, dst, _ := strings.Cut(v, ":")
 			dst, _, _ = strings.Cut(dst, ":")
+			mounts[dst] = src
 			if slices.Contains(s.Command, dst) {
-				conf = filepath.Join("../..", src)
+				conf, confDst = filepath.Join("../..", src), dst
 			}
 		}
 		if conf == "" {
 			t.Errorf("service %s: command %q names no mounted config file", name, s.Command)
 			continue
+		}
+		// The include names a file beside the configuration: it must be mounted there.
+		includes := regexp.MustCompile(`(?m)^\s*include\s+(\S+)`).FindAllStringSubmatch(readFile(t, conf), -1)
+		for _, inc := range includes {
+			dst := filepath.Join(filepath.Dir(confDst), inc[1])
+			if src := mounts[dst]; filepath.Clean(filepath.Join("../..", src)) != filepath.Clean(filepath.Join(filepath.Dir(conf), inc[1])) {
+				t.Errorf("service %s: %s includes %s, but %s mounts %q there", name, conf, inc[1], dst, src)
+			}
 		}
 		for k, v := range s.Environment {
 			t.Setenv(k, v)
@@ -618,6 +781,14 @@ func TestComposeNATSConfig(t *testing.T) {
 		}
 		if len(routes) != len(names) {
 			t.Errorf("service %s: %d routes %v, want one per NATS service (%d)", name, len(routes), routes, len(names))
+		}
+		for _, r := range opts.Routes {
+			if pw, _ := r.User.Password(); opts.Cluster.Password == "" || r.User.Username() != opts.Cluster.Username || pw != opts.Cluster.Password {
+				t.Errorf("service %s: route %s does not authenticate as the cluster's route user", name, r.Redacted())
+			}
+		}
+		if len(opts.Users) != 6 {
+			t.Errorf("service %s: %d users, want the 6 roles of deploy/nats-roles.conf", name, len(opts.Users))
 		}
 		wantServiceHosts(t, f, name+" routes", routes)
 		if opts.Port != 4222 {
@@ -659,6 +830,58 @@ func TestComposeMySQLInit(t *testing.T) {
 	for col, want := range map[string]string{"biz_tag": "'" + dispenser.SampleTagName + "'", "max_id": "1", "step": strconv.Itoa(dispenser.SampleTagStep)} {
 		if row[col] != want {
 			t.Errorf("mysql-init.sql: sample row %s = %s, want %s", col, row[col], want)
+		}
+	}
+}
+
+// TestComposeMySQLInitGrants runs the init script as the mysql image does, on a real
+// server: after the image has made MYSQL_USER the owner of MYSQL_DATABASE, in that
+// database. The user ends with what a dispenser needs (README "MySQL segments"): it
+// serves and adds tags, and may do nothing else.
+func TestComposeMySQLInitGrants(t *testing.T) {
+	f := loadCompose(t)
+	env := f.Services["mysql"].Environment
+	dbName, user, pw := env["MYSQL_DATABASE"], env["MYSQL_USER"], env["MYSQL_PASSWORD"]
+	srv := testenv.StartMariaDB(t)
+	ctx := testutil.Context(t, time.Minute)
+	root := testenv.OpenDB(t, srv.DSN(""))
+	for _, stmt := range []string{ // what the image's entrypoint does before the init scripts
+		"CREATE DATABASE `" + dbName + "`",
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + pw + "'",
+		"GRANT ALL ON `" + dbName + "`.* TO '" + user + "'@'%'",
+	} {
+		if _, err := root.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	rootDB := testenv.OpenDB(t, srv.DSN(dbName))
+	script := regexp.MustCompile(`(?m)^--.*$`).ReplaceAllString(readFile(t, filepath.Join(deployDir, "mysql-init.sql")), "")
+	for _, stmt := range strings.Split(script, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt == "" {
+			continue
+		}
+		if _, err := rootDB.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("mysql-init.sql: %s: %v", stmt, err)
+		}
+	}
+
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = user, pw, "tcp", srv.Addr(), dbName
+	store, err := segment.OpenMySQLStore(ctx, segment.MySQLConfig{DSN: cfg.FormatDSN()})
+	if err != nil {
+		t.Fatalf("the dispensers' user after mysql-init.sql: %v", err)
+	}
+	defer store.Close()
+	if _, err := store.Take(ctx, dispenser.SampleTagName, 0); err != nil {
+		t.Errorf("take a segment as %s: %v", user, err)
+	}
+	if _, err := store.AddTag(ctx, segment.Tag{Name: "orders", Step: 1000}); err != nil {
+		t.Errorf("add a tag as %s: %v", user, err)
+	}
+	leaf := testenv.OpenDB(t, cfg.FormatDSN())
+	for _, stmt := range []string{"DELETE FROM leaf_alloc", "DROP TABLE leaf_alloc", "CREATE TABLE other (id int)"} {
+		if _, err := leaf.ExecContext(ctx, stmt); err == nil {
+			t.Errorf("%s as %s succeeded: the user keeps more than a dispenser needs", stmt, user)
 		}
 	}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/leafbus/leafbus/internal/testutil"
 )
 
-// rolesConf is deploy/nats-roles.conf from this package's directory; its placeholder
-// passwords are the ones below.
+// rolesConf is deploy/nats-roles.conf from this package's directory; the passwords it
+// reads from the environment are set by testutil.NATSConfPasswords.
 const rolesConf = "../../deploy/nats-roles.conf"
 
 // TestSecurityFlags: --nats-config, --insecure-listen and the --service-* credentials
@@ -77,8 +77,9 @@ func TestSecurityFlags(t *testing.T) {
 // dispenser's two users from the command line and the environment; an application of
 // the CLIENTS account gets IDs.
 func TestRolesFromFlags(t *testing.T) {
-	args := []string{"--nats-config", rolesConf, "--user", "dispenser", "--password", "CHANGE-ME-dispenser"}
-	env := map[string]string{"LEAFBUS_SERVICE_USER": "dispenser-service", "LEAFBUS_SERVICE_PASSWORD": "CHANGE-ME-dispenser-service"}
+	pw := testutil.NATSConfPasswords(t, rolesConf)
+	args := []string{"--nats-config", rolesConf, "--user", "dispenser", "--password", pw["NATS_DISPENSER_PASSWORD"]}
+	env := map[string]string{"LEAFBUS_SERVICE_USER": "dispenser-service", "LEAFBUS_SERVICE_PASSWORD": pw["NATS_DISPENSER_SERVICE_PASSWORD"]}
 	parsed := defaultConfig()
 	if err := parsed.parse(args, func(k string) string { return env[k] }, io.Discard); err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func TestRolesFromFlags(t *testing.T) {
 		c.Config = parsed.Config
 		c.Listen, c.DataDir, c.NodeID = listen, dir, node
 	})
-	nc, err := nats.Connect(d.ClientURL(), nats.UserInfo("client-a", "CHANGE-ME-client-a"), nats.CustomInboxPrefix("_INBOX_client-a"), nats.MaxReconnects(0))
+	nc, err := nats.Connect(d.ClientURL(), nats.UserInfo("client-a", pw["NATS_CLIENT_A_PASSWORD"]), nats.CustomInboxPrefix("_INBOX_client-a"), nats.MaxReconnects(0))
 	if err != nil {
 		t.Fatalf("connect as client-a: %v", err)
 	}
