@@ -74,7 +74,7 @@ alloc:
 # a test. Targets are found by name wherever they live (one package each).
 FUZZTIME ?= 60s
 TEST_FUZZTIME := 10000x
-FUZZ_TARGETS := FuzzParseCount FuzzParseID FuzzDecodeIDs FuzzNames FuzzAdminBodies
+FUZZ_TARGETS := FuzzParseCount FuzzParseID FuzzDecodeIDs FuzzAppendIDs FuzzNames FuzzAdminBodies
 fuzz:
 	@for fn in $(FUZZ_TARGETS); do \
 		pkg=$$(grep -rlE --include='*_test.go' "^func $$fn\(" . | xargs -r -n1 dirname | sort -u); \

@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,8 +83,52 @@ func FuzzDecodeIDs(f *testing.F) {
 			}
 		}
 		// Accepted text without leading zeros, and any accepted binary, re-encode to itself.
-		if again := AppendIDs(nil, ids, enc); enc == Binary && !bytes.Equal(again, body) {
+		again := AppendIDs(nil, ids, enc)
+		if enc == Binary && !bytes.Equal(again, body) {
 			t.Fatalf("binary %x decodes to %v, which encodes to %x", body, ids, again)
+		}
+		if enc == Text && !bytes.HasPrefix(body, []byte("0")) && !bytes.Contains(body, []byte("\n0")) && !bytes.Equal(again, body) {
+			t.Fatalf("text %q decodes to %v, which encodes to %q", body, ids, again)
+		}
+	})
+}
+
+// FuzzAppendIDs checks the text encoding against strconv for any list of int64s: start,
+// then one ID per byte of steps, the next after a byte below 0xc0 (runs, as segment and
+// snowflake batches have), a small gap after one below 0xe0, the start of a later
+// hundred after one below 0xf0, a jump after the others. The additions wrap, so lists
+// past 2^63-1, negative and decreasing ones come too.
+func FuzzAppendIDs(f *testing.F) {
+	f.Add(int64(99_999_950), bytes.Repeat([]byte{0}, 120))
+	f.Add(int64(1_000_001_899), slices.Concat(make([]byte, 100), []byte{0xe3}, make([]byte, 99)))
+	f.Add(int64(math.MaxInt64-120), bytes.Repeat([]byte{0}, 130))
+	f.Add(int64(9_999_990), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xc5, 0, 0})
+	f.Add(int64(1860000000000000097), []byte{0, 0, 0, 0xf3, 0, 0, 0xf3, 0xc0, 0xef})
+	f.Add(int64(-5), []byte{0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(int64(1), []byte{})
+	f.Fuzz(func(t *testing.T, start int64, steps []byte) {
+		if len(steps) > 5000 {
+			return
+		}
+		ids := make([]int64, 0, 1+len(steps))
+		ids = append(ids, start)
+		id := start
+		for _, c := range steps {
+			switch {
+			case c < 0xc0:
+				id++
+			case c < 0xe0:
+				id += int64(c-0xbf) * 997
+			case c < 0xf0:
+				id += 100*int64(c-0xdf) - id%100
+			default:
+				id += int64(c) << 40
+			}
+			ids = append(ids, id)
+		}
+		got := AppendIDs([]byte("x"), ids, Text)
+		if want := formatIDs([]byte("x"), ids); !bytes.Equal(got, want) {
+			t.Fatalf("AppendIDs(%v) =\n%q\nwant\n%q", ids, got, want)
 		}
 	})
 }
