@@ -14,4 +14,9 @@
 // not an inbox, since a reply is a publish with the dispenser's own rights. Errors are
 // answered through core.CodeOf, the one table of wire codes; an error it does not know
 // is a 500, logged in full and generic on the wire.
+//
+// The embedded NATS server of the one-binary default (StartEmbedded) is part of this
+// face too: a server with JetStream in the dispenser's process, which the service and
+// the rest of the dispenser reach through in-process connections, and which refuses to
+// listen beyond loopback with nobody to authenticate clients.
 package bus

@@ -151,7 +151,7 @@ func (d *Dispenser) connectAs(name string, creds Credentials, extra ...nats.Opti
 	if err != nil {
 		return nil, err
 	}
-	opts = append(append(opts, extra...), nats.InProcessServer(inProcessServer{d.embedded.srv}))
+	opts = append(append(opts, extra...), d.embedded.InProcess())
 	nc, err := nats.Connect(conn.URLs, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect in process to the embedded NATS server as %s: %w", d.describeCreds(creds), err)

@@ -64,9 +64,9 @@ func (d *Dispenser) startNATS(context.Context) error {
 		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 			return fmt.Errorf("create --data-dir: %w", err)
 		}
-		e, err := StartEmbedded(EmbeddedConfig{
+		e, err := bus.StartEmbedded(bus.EmbeddedConfig{
 			Listen: cfg.Listen, DataDir: cfg.DataDir, Monitor: cfg.Monitor, Name: cfg.NodeID, Logger: d.log,
-			ConfigFile: cfg.NATSConfig, InsecureListen: cfg.InsecureListen, loopback: d.opts.loopback,
+			ConfigFile: cfg.NATSConfig, InsecureListen: cfg.InsecureListen, IsLoopback: d.opts.loopback,
 		})
 		if err != nil {
 			return err

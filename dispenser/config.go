@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
@@ -195,7 +196,7 @@ func (c Config) Validate() error {
 // checkNATS checks the embedded server's addresses, or the --nats connection settings.
 func (c Config) checkNATS() []error {
 	if c.NATS == "" {
-		if err := (EmbeddedConfig{Listen: c.Listen, DataDir: c.DataDir, Monitor: c.Monitor}).Validate(); err != nil {
+		if err := (bus.EmbeddedConfig{Listen: c.Listen, DataDir: c.DataDir, Monitor: c.Monitor}).Validate(); err != nil {
 			return []error{err}
 		}
 		return nil

@@ -44,7 +44,7 @@ type Dispenser struct {
 	storeOnDisk   bool          // the data dir held an embedded segment store before this start
 	freshDataDir  bool          // the data dir was never used for segments (datadir.go)
 	marks         segment.Marks // this node's high-water marks, in the data dir (marks.go)
-	embedded      *Embedded
+	embedded      *bus.Embedded
 	clientURL     string
 	nc            *nats.Conn // store, registry, clock records, heartbeats
 	js            jetstream.JetStream

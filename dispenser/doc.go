@@ -18,5 +18,6 @@
 //
 // It is what cmd/dispenser runs after parsing flags, what `bench --embedded` runs inside
 // the load generator, and what end-to-end tests start on random ports; like WTF Dial's
-// Main, minus the flags. Embedded is the in-process NATS server of the one-binary default.
+// Main, minus the flags. The in-process NATS server of the one-binary default is
+// package bus's (StartEmbedded), with the NATS service.
 package dispenser

@@ -37,7 +37,7 @@ func (d *Dispenser) sources() metrics.Sources {
 		Pools:       httpapi.PoolState(d.batches, d.poolStream),
 	}
 	if d.embedded != nil {
-		src.NATS = d.embedded.metricsSource
+		src.NATS = func() metrics.NATSServer { return embeddedFigures(d.embedded) }
 	}
 	if d.recovery != nil {
 		src.Recovery = d.recovery.Metrics
@@ -112,10 +112,10 @@ func (d *Dispenser) statusURL() string {
 	return "http://" + net.JoinHostPort(ip.String(), fmt.Sprint(addr.Port)) + "/"
 }
 
-// metricsSource is the embedded server's figures for /metrics: its client connections
+// embeddedFigures is the embedded server's figures for /metrics: its client connections
 // and JetStream storage. A server whose JetStream is off or not up yet reports no
 // storage rather than failing the scrape.
-func (e *Embedded) metricsSource() metrics.NATSServer {
+func embeddedFigures(e *bus.Embedded) metrics.NATSServer {
 	v, err := e.Varz()
 	if err != nil {
 		return metrics.NATSServer{}
@@ -143,7 +143,7 @@ func (c Config) leaseTTL() time.Duration {
 func (c Config) checkHTTP() []error {
 	var errs []error
 	if c.HTTP != "" {
-		if _, _, err := splitHostPort(c.HTTP); err != nil {
+		if _, _, err := bus.SplitHostPort(c.HTTP); err != nil {
 			errs = append(errs, fmt.Errorf("--http %q: %w (empty turns HTTP off)", c.HTTP, err))
 		}
 	}

@@ -12,7 +12,7 @@ const insecureWarnEvery = time.Minute
 // warnInsecure repeats the --insecure-listen warning until ctx ends; with nothing to
 // warn about it only waits, an actor like the others.
 func (d *Dispenser) warnInsecure(ctx context.Context) error {
-	if d.embedded == nil || d.embedded.insecure == "" {
+	if d.embedded == nil || d.embedded.Insecure() == "" {
 		<-ctx.Done()
 		return nil
 	}
@@ -27,7 +27,7 @@ func (d *Dispenser) warnInsecure(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			d.log.Warn(d.embedded.insecure)
+			d.log.Warn(d.embedded.Insecure())
 		}
 	}
 }

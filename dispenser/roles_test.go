@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/segment"
@@ -219,13 +220,13 @@ func TestNATSConfigRoles(t *testing.T) {
 
 	t.Run("service-user-answers", func(t *testing.T) {
 		const n = 20
-		before := serviceSubs(t, d.embedded.srv)
+		before := serviceSubs(t, d.embedded)
 		for range n {
 			if _, err := app.Segment(ctx, SampleTagName); err != nil {
 				t.Fatal(err)
 			}
 		}
-		after := serviceSubs(t, d.embedded.srv)
+		after := serviceSubs(t, d.embedded)
 		if len(after) != 1 {
 			t.Fatalf("connections subscribed to leaf.segment.* in queue group leaf: %+v, want one", after)
 		}
@@ -273,7 +274,7 @@ type servingConn struct {
 
 // serviceSubs finds, by connection ID, every connection subscribed to the segment
 // endpoint (leaf.segment.* in queue group leaf), as the server sees them.
-func serviceSubs(tb testing.TB, srv *server.Server) map[uint64]servingConn {
+func serviceSubs(tb testing.TB, srv *bus.Embedded) map[uint64]servingConn {
 	tb.Helper()
 	cz, err := srv.Connz(&server.ConnzOptions{Username: true, Subscriptions: true, SubscriptionsDetail: true})
 	if err != nil {

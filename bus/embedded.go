@@ -1,4 +1,4 @@
-package dispenser
+package bus
 
 import (
 	"errors"
@@ -13,7 +13,8 @@ import (
 )
 
 // EmbeddedConfig configures the NATS server a dispenser runs in process when no --nats
-// is given: the one-binary default.
+// is given: the one-binary default. The server is part of the NATS face: it is what the
+// service, and everything else of the dispenser, connects to in process.
 type EmbeddedConfig struct {
 	Listen  string // client address, host:port; port 0 picks a free one
 	DataDir string // JetStream keeps its streams (KV buckets, pools) under here
@@ -30,16 +31,18 @@ type EmbeddedConfig struct {
 	// ErrUnauthenticatedListen.
 	InsecureListen bool
 
-	loopback func(host string) bool // tests only: which hosts count as loopback; nil = isLoopback
+	// IsLoopback decides which listen hosts count as loopback; nil: the real check. Tests
+	// set it to play an exposed server on 127.0.0.1.
+	IsLoopback func(host string) bool
 }
 
 // Validate checks the addresses and the data dir.
 func (c EmbeddedConfig) Validate() error {
-	if _, _, err := splitHostPort(c.Listen); err != nil {
+	if _, _, err := SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("--listen %q: %w", c.Listen, err)
 	}
 	if c.Monitor != "" {
-		if _, _, err := splitHostPort(c.Monitor); err != nil {
+		if _, _, err := SplitHostPort(c.Monitor); err != nil {
 			return fmt.Errorf("monitor address %q: %w", c.Monitor, err)
 		}
 	}
@@ -101,11 +104,24 @@ func (e *Embedded) Addr() *net.TCPAddr { return e.srv.Addr().(*net.TCPAddr) }
 // Varz is the server's monitoring snapshot, what its /varz endpoint serves.
 func (e *Embedded) Varz() (*server.Varz, error) { return e.srv.Varz(nil) }
 
+// Connz is the server's connections, what its /connz endpoint serves.
+func (e *Embedded) Connz(opts *server.ConnzOptions) (*server.Connz, error) { return e.srv.Connz(opts) }
+
 // Connect opens an in-process connection (no TCP round trip for the dispenser itself).
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	opts = append([]nats.Option{nats.InProcessServer(inProcessServer{e.srv})}, opts...)
 	return nats.Connect("", opts...)
 }
+
+// InProcess is the option that connects a nats.go connection to this server in process,
+// whatever URL it is given (the URL still names the server for TLS).
+func (e *Embedded) InProcess() nats.Option {
+	return nats.InProcessServer(inProcessServer{e.srv})
+}
+
+// Insecure is the warning to repeat while the server runs exposed without authentication
+// (--insecure-listen), "" when it does not.
+func (e *Embedded) Insecure() string { return e.insecure }
 
 // Shutdown stops the server and waits until it is gone; safe to call twice.
 func (e *Embedded) Shutdown() {
@@ -113,7 +129,9 @@ func (e *Embedded) Shutdown() {
 	e.srv.WaitForShutdown()
 }
 
-func splitHostPort(hostport string) (string, int, error) {
+// SplitHostPort reads an address as the dispenser's flags take it (--listen, --monitor,
+// --http): a host, which must be given, and a port from 0 to 65535.
+func SplitHostPort(hostport string) (string, int, error) {
 	host, p, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return "", 0, err

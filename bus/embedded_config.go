@@ -1,4 +1,4 @@
-package dispenser
+package bus
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ func (c EmbeddedConfig) serverOptions() (opts *server.Options, notes []string, e
 			return nil, nil, fmt.Errorf("--nats-config %s: %w", c.ConfigFile, err)
 		}
 	}
-	host, port, _ := splitHostPort(c.Listen)
+	host, port, _ := SplitHostPort(c.Listen)
 	if c.ConfigFile != "" && (opts.Host != "" || opts.Port != 0) && (opts.Host != host || opts.Port != port) {
 		notes = append(notes, fmt.Sprintf("--listen %s wins over the client address %s of --nats-config", c.Listen, net.JoinHostPort(opts.Host, fmt.Sprint(opts.Port))))
 	}
@@ -48,7 +48,7 @@ func (c EmbeddedConfig) serverOptions() (opts *server.Options, notes []string, e
 		if opts.HTTPPort != 0 {
 			notes = append(notes, fmt.Sprintf("--monitor %s wins over the monitoring address of --nats-config", c.Monitor))
 		}
-		opts.HTTPHost, opts.HTTPPort, _ = splitHostPort(c.Monitor)
+		opts.HTTPHost, opts.HTTPPort, _ = SplitHostPort(c.Monitor)
 		opts.HTTPSPort = 0
 	}
 	if opts.ServerName == "" {
@@ -65,8 +65,8 @@ func (c EmbeddedConfig) serverOptions() (opts *server.Options, notes []string, e
 // the file's business.
 func (c EmbeddedConfig) checkExposure(opts *server.Options) (warning string, err error) {
 	loopback := isLoopback
-	if c.loopback != nil {
-		loopback = c.loopback
+	if c.IsLoopback != nil {
+		loopback = c.IsLoopback
 	}
 	if loopback(opts.Host) || clientAuthConfigured(opts) {
 		return "", nil

@@ -1,4 +1,4 @@
-package dispenser
+package bus
 
 import (
 	"bytes"
