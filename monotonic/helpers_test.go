@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -35,6 +36,20 @@ type env struct {
 	// wrapLeaders, when set, wraps each dispenser's <prefix>_leaders bucket before its
 	// Manager runs (to fail its lease writes).
 	wrapLeaders func(node string, kv jetstream.KeyValue) jetstream.KeyValue
+	// dirs is each dispenser's data dir, by name: a dispenser started again under a
+	// name keeps its memory of monotonic tags, as a restarted process does.
+	dirs map[string]string
+}
+
+// dataDir is the data dir of dispenser name, the same for every start under that name.
+func (e *env) dataDir(name string) string {
+	if e.dirs == nil {
+		e.dirs = map[string]string{}
+	}
+	if e.dirs[name] == "" {
+		e.dirs[name] = e.t.TempDir()
+	}
+	return e.dirs[name]
 }
 
 // newEnv is one NATS server and a short lease: TTL 2s, renewed every 250ms.
@@ -97,6 +112,8 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	cfg.CodeOf = service.CodeOf
 	cfg.FoldCase = e.mysqlDSN != ""
 	cfg.Logger = e.logger(name, "monotonic")
+	cfg.MemoryFile = filepath.Join(e.dataDir(name), "monotonic.tags")
+	cfg.ServiceID = func() string { return n.svc.Info().ID }
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -105,6 +122,14 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	}
 	if e.wrapLeaders != nil {
 		n.mgr.leaders = e.wrapLeaders(name, n.mgr.leaders)
+	}
+	// The service before the Manager runs: its $SRV instance is the Manager's.
+	svcCfg := service.DefaultConfig()
+	svcCfg.Prefix, svcCfg.Segments, svcCfg.Tags, svcCfg.Monotonic = e.prefix, n.gen, store, n.mgr
+	svcCfg.Logger = e.logger(name, "service")
+	n.svcNC = e.connect(urls, name+"-service")
+	if n.svc, err = service.New(n.svcNC, svcCfg); err != nil {
+		t.Fatalf("%s: service.New: %v", name, err)
 	}
 	runCtx, runCancel := context.WithCancel(context.Background())
 	n.cancel = runCancel
@@ -116,13 +141,6 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 				t.Errorf("%s: Run: %v", name, err)
 			}
 		}()
-	}
-	svcCfg := service.DefaultConfig()
-	svcCfg.Prefix, svcCfg.Segments, svcCfg.Tags, svcCfg.Monotonic = e.prefix, n.gen, store, n.mgr
-	svcCfg.Logger = e.logger(name, "service")
-	n.svcNC = e.connect(urls, name+"-service")
-	if n.svc, err = service.New(n.svcNC, svcCfg); err != nil {
-		t.Fatalf("%s: service.New: %v", name, err)
 	}
 	t.Cleanup(n.stop)
 	for _, ready := range []<-chan struct{}{n.gen.Ready(), n.mgr.Ready()} {
