@@ -36,6 +36,8 @@ type env struct {
 	// wrapLeaders, when set, wraps each dispenser's <prefix>_leaders bucket before its
 	// Manager runs (to fail its lease writes).
 	wrapLeaders func(node string, kv jetstream.KeyValue) jetstream.KeyValue
+	// wrapOpts, when set, wraps each dispenser's <prefix>_tagopts bucket likewise.
+	wrapOpts func(kv jetstream.KeyValue) jetstream.KeyValue
 	// dirs is each dispenser's data dir, by name: a dispenser started again under a
 	// name keeps its memory of monotonic tags, as a restarted process does.
 	dirs map[string]string
@@ -122,6 +124,9 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	}
 	if e.wrapLeaders != nil {
 		n.mgr.leaders = e.wrapLeaders(name, n.mgr.leaders)
+	}
+	if e.wrapOpts != nil {
+		n.mgr.opts = e.wrapOpts(n.mgr.opts)
 	}
 	// The service before the Manager runs: its $SRV instance is the Manager's.
 	svcCfg := service.DefaultConfig()
