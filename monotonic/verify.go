@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/wire"
@@ -96,7 +98,7 @@ func (m *Manager) checkInstance(ctx context.Context, instance, node string) (boo
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
 	answer := false
-	msg, err := m.nc.RequestWithContext(ctx, subject, nil)
+	msg, err := m.ping(ctx, subject)
 	if err == nil {
 		var p micro.Ping
 		answer = json.Unmarshal(msg.Data, &p) == nil && p.Type == micro.PingResponseType &&
@@ -120,6 +122,31 @@ func (m *Manager) checkInstance(ctx context.Context, instance, node string) (boo
 	}
 	m.checks[instance] = instanceCheck{ok: answer, at: m.now()}
 	return answer, err
+}
+
+// ping sends a $SRV request and returns the first answer. Its reply subject is
+// _INBOX_<prefix>_mono.<unique> rather than an inbox of the connection: a dispenser's
+// service connection has to be allowed to answer there, and deploy/nats-roles.conf
+// lets its user publish to nothing but replies through an import (_R_.>, which no
+// client may name as a reply subject) and these subjects.
+func (m *Manager) ping(ctx context.Context, subject string) (*nats.Msg, error) {
+	reply := "_INBOX_" + m.cfg.Prefix + "_mono." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)
+	sub, err := m.nc.SubscribeSync(reply)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := m.nc.PublishRequest(subject, reply, nil); err != nil {
+		return nil, err
+	}
+	msg, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if msg.Header.Get("Status") == "503" && len(msg.Data) == 0 {
+		return nil, nats.ErrNoResponders
+	}
+	return msg, nil
 }
 
 // validInstance reports whether s can be an instance ID: one subject token of a NUID's
