@@ -29,8 +29,9 @@ type Config struct {
 
 	// Conn carries forwarded requests: a leader subscribes an inbox subject of its own
 	// per tag (nats.Conn.NewInbox, so the connection's custom inbox prefix applies) and
-	// followers send requests to it. Only inbox subjects are used, so the dispenser
-	// role of deploy/nats-roles.conf needs nothing new. JetStream holds the buckets.
+	// followers send requests to it. Besides inbox subjects it asks
+	// $SRV.PING.<prefix>.<instance> with replies on _INBOX_<prefix>_mono.> (verify.go),
+	// which deploy/nats-roles.conf allows. JetStream holds the buckets.
 	Conn      *nats.Conn
 	JetStream jetstream.JetStream
 	Replicas  int // replicas of both buckets (1, or 3 on a NATS cluster)

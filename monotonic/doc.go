@@ -98,8 +98,9 @@
 // # Forwarding
 //
 // A request that reaches a dispenser that does not lead the tag is forwarded to the
-// leader's inbox (a core NATS request on the dispenser's JetStream connection, so only
-// inbox subjects and $SRV.PING.<prefix>.* are used) and the answer relayed, within
+// leader's inbox (a core NATS request on the dispenser's JetStream connection: only
+// inbox subjects, and $SRV.PING.<prefix>.* answered on _INBOX_<prefix>_mono.>, are
+// used) and the answer relayed, within
 // ForwardTimeout. Requests that arrive while earlier ones are under way travel together
 // in the next forwarded message. A forwarded request was sent after the client's
 // request, so the leader's check covers it.
