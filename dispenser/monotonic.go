@@ -58,6 +58,7 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	// the service's $SRV instance (built later, asked when Run starts).
 	mc.MemoryFile = filepath.Join(cfg.DataDir, MonotonicTagsFileName)
 	mc.ServiceID = func() string { return d.svc.Info().ID }
+	mc.SegmentMarks = d.marks // a tag never served here needs no settling when marked
 	mono, err := monotonic.New(ctx, mc)
 	if err != nil {
 		return fmt.Errorf("monotonic tags: %w", err)

@@ -235,7 +235,8 @@ func (m *Manager) acquire(ctx context.Context, ts *tagState, rev uint64, fenced 
 	if fenced {
 		from += m.cfg.LeaseTTL / 2
 	}
-	t.serveFrom.Store(int64(max(from, notBefore)))
+	t.fenceFrom = max(from, notBefore)
+	t.serveFrom.Store(int64(max(t.fenceFrom, ts.settleUntil)))
 	loadCtx, stopLoader := context.WithCancel(ctx)
 	t.stopLoader = stopLoader
 	ts.term.Store(t)

@@ -47,6 +47,13 @@ type Config struct {
 	// (memory.go). It is created when missing; a damaged one fails New. Required.
 	MemoryFile string
 
+	// SegmentMarks are this dispenser's segment high-water marks (segment.Config.Marks):
+	// a tag with a mark is one it may have served as an ordinary tag, and may still be
+	// answering an ordinary request of. A tag marked while the dispensers run is led
+	// from its first lease on only when no dispenser has a mark of it; else its first
+	// leader waits half a lease TTL (presence.go). nil: every tag counts as served.
+	SegmentMarks segment.Marks
+
 	// Segments is where a leader's fresh segments come from. Required.
 	Segments SegmentTaker
 	// FoldCase says that the segment store compares tag names without case (MySQL's

@@ -34,7 +34,18 @@
 // writer waits until every record reaches the mark (LeaseTTL/2 at most; one that does
 // not is logged). From then on no dispenser serves the tag as an ordinary tag, and the
 // promise holds for every request sent after the mark's admin request was answered.
-// So a leader serves from its first lease on: no wait for watches that may lag.
+//
+// The first leader of a tag marked while the dispensers run takes its first segment
+// only once the tag has settled: no ordinary reply of it can come later from above
+// that segment. A dispenser that has served the tag as an ordinary tag (it has a
+// segment high-water mark of it, Config.SegmentMarks) says so in its presence record,
+// since it may still answer an ordinary request it took before the mark, from a
+// segment it loads later; then the leader waits half a lease TTL from when it saw the
+// mark (those requests wait 2 s at most). A tag no dispenser has served (one just
+// added monotonic) has settled as soon as every presence record shows the mark, so its
+// leader serves from its first lease on. A request sent before the add was answered
+// and still waiting for the tag's first ordinary segment is the one case left out: do
+// not ask for a tag before its add answered.
 //
 // # Leases
 //

@@ -545,6 +545,53 @@ func TestFreshTagServedAtOnce(t *testing.T) {
 	leaderOf(t, "fresh", time.Second, nodes...)
 }
 
+// TestMarkServedTagUnderLoad: an ordinary tag, served by three dispensers from their
+// own buffers under load (small segments, so that requests often wait for a load), is
+// marked monotonic while the load goes on. Every reply to a request sent after the
+// mark was answered lies above every reply received before that request was sent,
+// ordinary ones included, and its first leader settles: it serves no earlier than half
+// a lease TTL after it saw the mark, since dispensers that served the tag may still
+// answer ordinary requests they took before (a fresh tag's leader serves at once,
+// TestFreshTagServedAtOnce).
+func TestMarkServedTagUnderLoad(t *testing.T) {
+	e := newEnv(t)
+	var nodes []*node
+	for i := range 3 {
+		nodes = append(nodes, e.startNode(fmt.Sprintf("d%d", i+1), false, nil))
+	}
+	clients := []*nats.Conn{e.connect(e.urls, "c1"), e.connect(e.urls, "c2"), e.connect(e.urls, "c3")}
+	step := int64(5)
+	if _, err := admin(t, clients[0], e.prefix, "add", wire.AddTagRequest{Tag: "plain", Step: &step}); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := rec.load(ctx, clients, wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "plain"), 12, 5)
+	time.Sleep(time.Second)
+	on := true
+	marked := time.Now()
+	if _, err := admin(t, clients[0], e.prefix, "update", wire.UpdateTagRequest{Tag: "plain", Monotonic: &on}); err != nil {
+		t.Fatal(err)
+	}
+	answered := rec.since()
+	t.Logf("mark answered in %v", time.Since(marked))
+	leader := leaderOf(t, "plain", 3*e.ttl, nodes...)
+	first := leader.term("plain")
+	time.Sleep(e.ttl)
+	cancel()
+	wait()
+	t.Log(rec.summary())
+	if broken := rec.brokenAfter(answered); len(broken) > 0 {
+		t.Fatalf("%d replies to requests sent after the mark was answered are not above a reply received before they were sent: %v", len(broken), broken[:min(len(broken), 5)])
+	}
+	if first == nil {
+		t.Fatal("no term of the leader")
+	}
+	if settled := first.startsAt() - first.fenceFrom; settled < e.ttl/4 {
+		t.Fatalf("the first term of a tag served as ordinary starts %v after its lease allowed: want it to settle (about half a lease TTL, %v)", settled, e.ttl/2)
+	}
+}
+
 // TestVerifiedLeaderCached: a follower asks $SRV about a leader once per term, not per
 // request: a steady load forwarded by two followers costs a few pings in all.
 func TestVerifiedLeaderCached(t *testing.T) {

@@ -105,6 +105,7 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	}
 	segCfg := segment.DefaultConfig()
 	segCfg.Store, segCfg.Logger = store, e.logger(name, "segment")
+	segCfg.Marks = segment.NewInmemMarks()
 	if n.gen, err = segment.New(segCfg); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,7 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	cfg.Logger = e.logger(name, "monotonic")
 	cfg.MemoryFile = filepath.Join(e.dataDir(name), "monotonic.tags")
 	cfg.ServiceID = func() string { return n.svc.Info().ID }
+	cfg.SegmentMarks = segCfg.Marks
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -47,12 +47,17 @@ type Manager struct {
 	// write; presenceKick wakes the presence loop when it grows (presence.go).
 	applied      atomic.Uint64
 	presenceKick chan struct{}
+	// busy is, per tag marked while this dispenser ran, when it took the mark in, for
+	// the tags it had served as ordinary tags (Config.SegmentMarks); its presence record lists
+	// them for a lease TTL. Guarded by mu.
+	busy map[string]time.Duration
 
 	checkMu sync.Mutex
 	checks  map[string]instanceCheck // $SRV answers by instance (verify.go)
 
 	mu       sync.Mutex
 	optState map[string]bool          // per key of <prefix>_tagopts: its monotonic value; no entry: no value (absent, deleted)
+	markRev  map[string]uint64        // per key of <prefix>_tagopts: the revision of its value
 	tags     map[string]*tagState     // tags with a campaign
 	holders  map[string]*holder       // the last lease record seen per key
 	ended    map[string]chan struct{} // per tag, closed when its last campaign returned
@@ -72,6 +77,12 @@ type tagState struct {
 	ctx    context.Context // the campaign's: ends when the tag is no longer monotonic here
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the campaign returned
+	// settleUntil is, for a tag marked while this dispenser ran, when every dispenser
+	// has surely taken the mark in and answered the ordinary requests it took before:
+	// no term serves before it, unless every dispenser confirmed the mark at revision
+	// settleRev and none had served the tag (presence.go).
+	settleUntil time.Duration
+	settleRev   uint64
 	// changed fires whenever what a waiting request depends on changed: the lease
 	// record, this dispenser's term, the leader's verification.
 	changed signal
@@ -153,6 +164,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		presenceKick: make(chan struct{}, 1),
 		checks:       make(map[string]instanceCheck),
 		optState:     make(map[string]bool),
+		markRev:      make(map[string]uint64),
+		busy:         make(map[string]time.Duration),
 		tags:         make(map[string]*tagState),
 		holders:      make(map[string]*holder),
 		ended:        make(map[string]chan struct{}),

@@ -36,7 +36,13 @@ const presencePrefix = "dispensers."
 type presenceRecord struct {
 	Node  string `json:"node"`
 	Marks uint64 `json:"marks"` // every write of <prefix>_tagopts up to this revision is in the view
+	// Busy lists the tags marked within the last lease TTL that this dispenser had
+	// served as ordinary tags (Config.SegmentMarks) when it took the mark in.
+	Busy []string `json:"busy,omitempty"`
 }
+
+// maxBusy bounds a presence record's list of busy tags; a tag left out counts as busy.
+const maxBusy = 256
 
 // ackPoll is how often SetMonotonic reads the presence records while it waits.
 const ackPoll = 10 * time.Millisecond
@@ -45,7 +51,21 @@ func (m *Manager) presenceKey() string { return presencePrefix + m.instance }
 
 // writePresence writes this dispenser's presence record with the marks applied now.
 func (m *Manager) writePresence(ctx context.Context) error {
-	b, err := json.Marshal(presenceRecord{Node: m.cfg.NodeID, Marks: m.applied.Load()})
+	rec := presenceRecord{Node: m.cfg.NodeID, Marks: m.applied.Load()}
+	m.mu.Lock()
+	now := m.now()
+	for tag, at := range m.busy {
+		if now-at >= m.cfg.LeaseTTL {
+			delete(m.busy, tag)
+		} else if len(rec.Busy) < maxBusy {
+			rec.Busy = append(rec.Busy, tag)
+		} else {
+			rec.Busy = append(rec.Busy[:0], "*") // too many to list: every tag counts as busy
+			break
+		}
+	}
+	m.mu.Unlock()
+	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
@@ -127,7 +147,7 @@ func (m *Manager) waitApplied(ctx context.Context, tag string, rev uint64) {
 	var behind []string
 	var err error
 	for {
-		behind, err = m.presenceBehind(ctx, rev)
+		behind, _, err = m.presenceBehind(ctx, rev, "")
 		if err == nil && len(behind) == 0 {
 			return
 		}
@@ -142,21 +162,47 @@ func (m *Manager) waitApplied(ctx context.Context, tag string, rev uint64) {
 		"tag", tag, "waited", m.cfg.LeaseTTL/2, "behind", behind, "err", err)
 }
 
+// settledEarly reports whether the tag of ts, marked while this dispenser ran, has
+// settled before ts.settleUntil: every dispenser with a presence record took in its
+// mark (revision ts.settleRev), and none had served it as an ordinary tag, so none
+// holds ordinary IDs of it or a request that may still get some. It polls the records
+// until then, or until settleUntil or ctx end (false).
+//
+// A tag that some dispenser served (an ordinary tag marked monotonic) settles at
+// settleUntil, half a lease TTL after the mark was seen: by then that dispenser
+// answered the ordinary requests it took before the mark (they wait 2 s at most).
+func (m *Manager) settledEarly(ctx context.Context, ts *tagState) bool {
+	for m.now() < ts.settleUntil {
+		behind, busy, err := m.presenceBehind(ctx, ts.settleRev, ts.name)
+		switch {
+		case busy:
+			return false
+		case err == nil && len(behind) == 0:
+			m.log.Info("monotonic: every dispenser took the mark in, and none served the tag before: served from the first lease", "tag", ts.name)
+			return true
+		}
+		if !backoff.Sleep(ctx, ackPoll) {
+			return false
+		}
+	}
+	return false
+}
+
 // presenceBehind reads every presence record (the bucket's own list of keys, so none
-// is missed) and returns the nodes whose marks are below rev.
-func (m *Manager) presenceBehind(ctx context.Context, rev uint64) ([]string, error) {
+// is missed) and returns the nodes whose marks are below rev, and whether any record
+// lists tag as busy.
+func (m *Manager) presenceBehind(ctx context.Context, rev uint64, tag string) (behind []string, busy bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	defer cancel()
 	stream, err := m.cfg.JetStream.Stream(ctx, "KV_"+m.leaders.Bucket())
 	if err != nil {
-		return nil, fmt.Errorf("presence records: %w", err)
+		return nil, false, fmt.Errorf("presence records: %w", err)
 	}
 	prefix := "$KV." + m.leaders.Bucket() + "."
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+presencePrefix+">"))
 	if err != nil {
-		return nil, fmt.Errorf("presence records: %w", err)
+		return nil, false, fmt.Errorf("presence records: %w", err)
 	}
-	var behind []string
 	for subject := range info.State.Subjects {
 		key := strings.TrimPrefix(subject, prefix)
 		e, err := m.leaders.Get(ctx, key)
@@ -164,13 +210,14 @@ func (m *Manager) presenceBehind(ctx context.Context, rev uint64) ([]string, err
 		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 			continue // stopped meanwhile
 		case err != nil:
-			return nil, fmt.Errorf("presence record %s: %w", key, err)
+			return nil, false, fmt.Errorf("presence record %s: %w", key, err)
 		}
 		var rec presenceRecord
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.Marks < rev {
 			behind = append(behind, rec.Node)
 		}
+		busy = busy || tag != "" && (slices.Contains(rec.Busy, tag) || slices.Contains(rec.Busy, "*"))
 	}
 	slices.Sort(behind)
-	return behind, nil
+	return behind, busy, nil
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -318,15 +319,21 @@ func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
 	defer m.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(m.optState, key)
+		delete(m.markRev, key)
 		if m.memory.has(key) && m.isReady.Load() {
 			m.spawnLocked(func(ctx context.Context) { m.writeBack(ctx, []string{key}) })
 		}
 	} else {
 		on := decodeOptions(m.log, key, e.Value()).Monotonic
-		if old, ok := m.optState[key]; !ok || old != on {
+		old, had := m.optState[key]
+		if !had || old != on {
 			m.log.Info("monotonic: tag mark", "tag", key, "monotonic", on)
 		}
+		if on && !(had && old) && m.isReady.Load() && m.served(key) {
+			m.busy[key] = m.now() // listed in the presence record (presence.go)
+		}
 		m.optState[key] = on
+		m.markRev[key] = e.Revision()
 		if ts := m.tags[key]; ts != nil {
 			poke(ts.poke) // a leader of a tag marked ordinary gives its lease back
 		}
@@ -352,6 +359,7 @@ func (m *Manager) marksResynced(applied map[string]uint64) {
 	for key := range m.optState {
 		if _, ok := applied[key]; !ok {
 			delete(m.optState, key)
+			delete(m.markRev, key)
 		}
 	}
 	var lost []string
@@ -367,6 +375,27 @@ func (m *Manager) marksResynced(applied map[string]uint64) {
 	if m.isReady.Load() {
 		m.reconcile()
 	}
+}
+
+// served reports whether this dispenser took a segment of tag (it has a high-water mark
+// of it: Config.SegmentMarks), or of a name that is the same row of a store that folds
+// case; without marks, every tag counts as served.
+func (m *Manager) served(tag string) bool {
+	marks := m.cfg.SegmentMarks
+	switch {
+	case marks == nil:
+		return true
+	case marks.Mark(tag) > 0:
+		return true
+	case !m.cfg.FoldCase:
+		return false
+	}
+	for t := range marks.All() {
+		if strings.EqualFold(t, tag) {
+			return true
+		}
+	}
+	return false
 }
 
 // marked reports whether name is marked monotonic: by its value in <prefix>_tagopts,
@@ -438,7 +467,7 @@ func (m *Manager) reconcile() {
 		}
 	}
 	for name := range want {
-		if m.tags[name] == nil && m.startCampaign(name) {
+		if m.tags[name] == nil && m.startCampaign(name, m.isReady.Load()) {
 			changed = true
 		}
 	}
@@ -456,8 +485,9 @@ func (m *Manager) reconcile() {
 
 // startCampaign makes the state of a newly monotonic tag and starts its campaign, once
 // the campaign of any earlier state of the tag returned (so that its term is over).
-// Called with mu held.
-func (m *Manager) startCampaign(name string) bool {
+// live says it became monotonic while this dispenser watched, rather than at its
+// start: then its terms settle first (tagState.settleUntil). Called with mu held.
+func (m *Manager) startCampaign(name string, live bool) bool {
 	if m.runCtx == nil || m.stopping {
 		return false
 	}
@@ -465,6 +495,9 @@ func (m *Manager) startCampaign(name string) bool {
 	ctx, cancel := context.WithCancel(m.runCtx)
 	ts := &tagState{name: name, poke: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	ts.answerWarned.Store(math.MinInt64 / 2)
+	if live {
+		ts.settleUntil, ts.settleRev = m.now()+m.cfg.LeaseTTL/2, m.markRev[name]
+	}
 	ts.holder.Store(m.holders[name])
 	m.tags[name] = ts
 	m.ended[name] = ts.done
