@@ -134,7 +134,10 @@ func (m *Manager) offerFirstLease(ctx context.Context, tag string) {
 	if mono, _ := m.marks.Load().lookup(tag); mono {
 		return
 	}
-	rec, err := json.Marshal(leaseRecord{Node: m.cfg.NodeID, Instance: m.instance, TTLMs: m.cfg.LeaseTTL.Milliseconds(), Released: true})
+	m.mu.Lock()
+	instance := m.instance // set when Run starts, which may be now
+	m.mu.Unlock()
+	rec, err := json.Marshal(leaseRecord{Node: m.cfg.NodeID, Instance: instance, TTLMs: m.cfg.LeaseTTL.Milliseconds(), Released: true})
 	if err != nil {
 		return
 	}
