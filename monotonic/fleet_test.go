@@ -307,6 +307,27 @@ func TestMarkedOrdinaryIsForgotten(t *testing.T) {
 	}
 }
 
+// TestMarkOrdinaryAnswersOnceOrdinary: the update that marks a led tag ordinary is
+// answered once the dispenser that answers serves the tag as an ordinary tag (its
+// leader gave the lease back), so a request right after it gets IDs, not a 503.
+func TestMarkOrdinaryAnswersOnceOrdinary(t *testing.T) {
+	e := newEnv(t)
+	n := e.startNode("d1", false, nil)
+	nc := e.connect(e.urls, "client")
+	addMonotonic(t, nc, e.prefix, "ordered", 10)
+	leaderOf(t, "ordered", 3*e.ttl, n)
+	off := false
+	if _, err := admin(t, nc, e.prefix, "update", wire.UpdateTagRequest{Tag: "ordered", Monotonic: &off}); err != nil {
+		t.Fatal(err)
+	}
+	if mono, err := n.mgr.IsMonotonic("ordered"); err != nil || mono {
+		t.Fatalf("IsMonotonic right after the update to ordinary was answered = %v, %v; want false", mono, err)
+	}
+	if _, code, err := request(nc, wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "ordered"), 2, 5*time.Second); err != nil {
+		t.Fatalf("request right after the update to ordinary = %d, %v; want IDs", code, err)
+	}
+}
+
 // remembered reads the memory file of dispenser name.
 func remembered(t testing.TB, e *env, name string) map[string]bool {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -96,7 +97,8 @@ func decodeOptions(logger *slog.Logger, key string, value []byte) tagOptions {
 // led it within the last two lease TTLs, so nobody can be serving it.
 //
 // Marking it ordinary ({"monotonic":false}) is the operator's word that every
-// dispenser forgets it (memory.go); its leader gives its lease back.
+// dispenser forgets it (memory.go); its leader gives its lease back, and this returns
+// once this dispenser serves the tag as an ordinary tag (LeaseTTL/2 at most).
 func (m *Manager) SetMonotonic(ctx context.Context, tag string, on bool) error {
 	if err := segment.CheckTagName(tag); err != nil {
 		return err
@@ -115,8 +117,27 @@ func (m *Manager) SetMonotonic(ctx context.Context, tag string, on bool) error {
 	m.log.Info("monotonic: tag mark written", "tag", tag, "monotonic", on)
 	if on {
 		m.waitApplied(ctx, tag, rev)
+	} else {
+		m.waitOrdinary(ctx, tag)
 	}
 	return nil
+}
+
+// waitOrdinary waits, LeaseTTL/2 at most, until this dispenser serves tag as an ordinary
+// tag: it took the mark in and the tag's leader gave its lease back (a live lease keeps
+// a tag monotonic). The other dispensers follow within moments; a request one of them
+// took meanwhile is answered 503, to be asked again.
+func (m *Manager) waitOrdinary(ctx context.Context, tag string) {
+	if !m.isReady.Load() {
+		return
+	}
+	deadline := m.now() + m.cfg.LeaseTTL/2
+	for m.marks.Load().exact[tag] {
+		if m.now() >= deadline || !backoff.Sleep(ctx, ackPoll) {
+			m.log.Warn("monotonic: tag marked ordinary, but still monotonic here: its leader has not given its lease back yet", "tag", tag, "waited", m.cfg.LeaseTTL/2)
+			return
+		}
+	}
 }
 
 // offerFirstLease writes a released lease record for tag when it is not monotonic, by
