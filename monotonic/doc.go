@@ -23,7 +23,8 @@
 //     lease TTL), mark or not: a dispenser that knows nothing else of the tag still never
 //     serves it as an ordinary tag while someone leads it.
 //
-// A tag marked ordinary stays monotonic until its leader gave the lease back.
+// A tag marked ordinary stays monotonic until its leader gave the lease back; the
+// update that marks it answers once that happened on the dispenser that answers it.
 //
 // # When the promise starts
 //
