@@ -52,11 +52,11 @@ type Monotonic interface {
 }
 
 // monotonicAsync is what a Monotonic may also offer (package monotonic's Manager does):
-// FillAsync fills dst, which it owns until then, and calls done exactly once, at once or
-// on another goroutine, within a bounded time. A request forwarded to the leader then
-// holds no goroutine of its own.
+// FillAsyncWithin fills dst, which it owns until then, and calls done exactly once, at
+// once or on another goroutine, within wait. A request forwarded to the leader, or
+// waiting for one, then holds no goroutine of its own.
 type monotonicAsync interface {
-	FillAsync(tag string, dst []int64, done func(error))
+	FillAsyncWithin(tag string, dst []int64, wait time.Duration, done func(error))
 }
 
 // Config is what the core routes between, and its bounds. Sources left nil answer 503.
@@ -296,7 +296,7 @@ func (c *Core) Wait(r Request, done func(Answer)) error {
 	// forward to the leader) holds no goroutine.
 	if r.Kind == wire.Segment && c.async != nil && isClosed(c.marked) {
 		if mono, err := c.cfg.Monotonic.IsMonotonic(r.Tag); err == nil && mono {
-			c.async.FillAsync(r.Tag, *buf, finish)
+			c.async.FillAsyncWithin(r.Tag, *buf, c.cfg.WaitMax, finish)
 			return nil
 		}
 	}

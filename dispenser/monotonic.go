@@ -3,6 +3,7 @@ package dispenser
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/leafbus/leafbus/core"
@@ -17,6 +18,10 @@ import (
 // pools, which must refuse those tags; the service asks it about every segment request, and HTTP's
 // segment requests go through it too. Run runs it as an actor stopped after the service
 // and HTTP, so that the requests they wait on are answered; Ready waits for its marks.
+
+// MonotonicTagsFileName is the file in --data-dir that remembers the tags this node
+// treated as monotonic (package monotonic's memory).
+const MonotonicTagsFileName = "monotonic.tags"
 
 // minMonotonicLeaseTTL is the shortest --monotonic-lease-ttl: renewals come every
 // sixth of it, and a KV round trip must fit well inside one.
@@ -48,6 +53,11 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	mc.MaxBatch = cfg.MaxBatch
 	mc.MaxForward = max(cfg.MaxBatch, min(mc.MaxForward, int(d.nc.MaxPayload()/8)))
 	mc.Logger = d.log.With("component", "monotonic")
+	// The tags it treats as monotonic are remembered in the data dir; its leases name
+	// the service's $SRV instance (built later, asked when Run starts).
+	mc.MemoryFile = filepath.Join(cfg.DataDir, MonotonicTagsFileName)
+	mc.ServiceID = func() string { return d.svc.Info().ID }
+	mc.SegmentMarks = d.marks // a tag never served here needs no settling when marked
 	mono, err := monotonic.New(ctx, mc)
 	if err != nil {
 		return fmt.Errorf("monotonic tags: %w", err)

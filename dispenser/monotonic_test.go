@@ -72,7 +72,7 @@ func TestMonotonicOverHTTPAndNATS(t *testing.T) {
 		}
 		return ids, nil
 	}
-	// Until the first leader serves (it waits out half a lease), every answer is a 503.
+	// Until the first leader serves (a request waits 2 s for one), an answer may be a 503.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := cl.SegmentN(ctx, "ordered", 1)

@@ -9,14 +9,25 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // releaseTimeout bounds writing the released record when a leader stops.
 const releaseTimeout = 2 * time.Second
 
-// campaign is one marked tag's life on this dispenser until ctx ends: take the lease
-// when it is free (or surely expired), lead while it holds it, follow otherwise.
+// rememberPolicy is the back-off of a campaign whose tag cannot be written to the
+// memory file.
+var rememberPolicy = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
+
+// campaign is one monotonic tag's life on this dispenser until ctx ends: remember the
+// tag (durably, before anything else), take the lease when it is free (or surely
+// over), lead while it holds it, follow otherwise, verifying each leader it follows.
 func (m *Manager) campaign(ctx context.Context, ts *tagState) {
+	if !m.remember(ctx, ts.name) {
+		return
+	}
 	var own uint64 // the revision of our own record after a term ended; 0: none known
 	retry := time.NewTimer(0)
 	defer retry.Stop()
@@ -27,17 +38,42 @@ func (m *Manager) campaign(ctx context.Context, ts *tagState) {
 			continue
 		}
 		own = 0
+		if h := ts.holder.Load(); m.leaderKnown(h) && !m.verifyHolder(ctx, ts, h) {
+			// Not a live dispenser of this deployment: no request goes there, and once
+			// the record stays unchanged for 2 renewals it is taken over (tryAcquire).
+			ts.unreachable.Store(h.rev)
+			wait = min(wait, m.cfg.retryInterval())
+		}
 		if !retry.Stop() {
 			select {
 			case <-retry.C:
 			default:
 			}
 		}
-		retry.Reset(wait)
+		retry.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
 		case <-ts.poke:
 		case <-retry.C:
+		}
+	}
+}
+
+// remember writes a marked tag into the memory file before this dispenser acts on the
+// mark, retrying until it is written or ctx ends (false). A tag monotonic by a live
+// lease record alone is not remembered: it is followed while the record lives.
+func (m *Manager) remember(ctx context.Context, name string) bool {
+	bo := backoff.New(rememberPolicy)
+	for {
+		err := m.syncMemory(name)
+		if err == nil {
+			return true
+		}
+		if bo.Failures() == 0 {
+			m.log.Error("monotonic: cannot remember a monotonic tag in the data dir; it is neither led nor forwarded until it is, retrying", "tag", name, "err", err)
+		}
+		if !bo.Wait(ctx) {
+			return false
 		}
 	}
 }
@@ -47,16 +83,26 @@ func (m *Manager) campaign(ctx context.Context, ts *tagState) {
 // create is a compare-and-set on the revision the view holds, so it succeeds only if
 // nobody wrote the key since:
 //   - own, the revision of a record of ours whose term ended: nobody else led since;
-//   - a released record: its leader stopped serving before it wrote it;
-//   - a record this dispenser has seen unchanged for a whole lease TTL: its leader's
-//     last renewal was sent before it was seen, so it stopped serving half a TTL later,
-//     half a TTL ago by now;
+//   - a released record: its leader stopped serving before it wrote it (or nobody ever
+//     led: SetMonotonic writes one for a tag it marks);
+//   - a record this dispenser has seen unchanged for a whole lease TTL (its own TTL,
+//     never the record's ttl_ms): its leader's last renewal was sent before it was seen,
+//     so it stopped serving half a TTL later, half a TTL ago by now;
+//   - a record whose leader no longer answers (no subscriber on its inbox, or no $SRV
+//     answer) and that has been seen unchanged for 2 renewals: the term serves from half
+//     a TTL after the record was first seen, when its leader has surely stopped;
 //   - absent or deleted (no record says when its leader last renewed): a create-only
 //     write, fenced (see acquire).
+//
+// A tag monotonic only by a live record (no mark) is never taken: followOnly.
 func (m *Manager) tryAcquire(ctx context.Context, ts *tagState, own uint64) (*term, time.Duration) {
 	h := ts.holder.Load()
 	now := m.now()
+	if !m.mayLead(ts.name) {
+		return nil, m.followOnly(ts, h, now)
+	}
 	var rev uint64
+	var notBefore time.Duration
 	fenced := true
 	switch {
 	case own != 0 && (h == nil || h.rev <= own):
@@ -65,21 +111,31 @@ func (m *Manager) tryAcquire(ctx context.Context, ts *tagState, own uint64) (*te
 	case h.rec.Released || h.rec.Instance == m.instance:
 		rev, fenced = h.rev, false
 	default:
-		silent := max(m.cfg.LeaseTTL, time.Duration(h.rec.TTLMs)*time.Millisecond)
-		if now-h.seen < silent {
-			return nil, h.seen + silent - now
+		silent := now - h.seen
+		unreachable := ts.unreachable.Load() == h.rev
+		switch {
+		case silent >= m.cfg.LeaseTTL:
+			rev, fenced = h.rev, false
+		case unreachable && silent >= 2*m.cfg.RenewInterval:
+			rev, fenced, notBefore = h.rev, false, h.seen+m.cfg.LeaseTTL/2
+		case unreachable:
+			return nil, h.seen + 2*m.cfg.RenewInterval - now
+		default:
+			return nil, h.seen + m.cfg.LeaseTTL - now
 		}
-		rev, fenced = h.rev, false
 	}
-	t, err := m.acquire(ctx, ts, rev, fenced)
+	t, err := m.acquire(ctx, ts, rev, fenced, notBefore)
 	switch {
 	case err == nil:
 		ts.acquireFailures = 0
 		return t, 0
 	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 		// Lost a race, or the view is behind the bucket (a watch that lags; a record
-		// that expired, which no watch reports): look at the key itself.
-		m.refreshHolder(ctx, ts)
+		// that expired, which no watch reports): look at the key itself, and at once
+		// when it says something new.
+		if m.refreshHolder(ctx, ts) {
+			return nil, 0
+		}
 	case ctx.Err() == nil:
 		if ts.acquireFailures++; ts.acquireFailures == 1 {
 			m.log.Warn("monotonic: cannot take the lease, retrying", "tag", ts.name, "err", err, "retry_every", m.cfg.retryInterval())
@@ -88,41 +144,67 @@ func (m *Manager) tryAcquire(ctx context.Context, ts *tagState, own uint64) (*te
 	return nil, m.cfg.retryInterval()
 }
 
+// followOnly is the campaign of a tag monotonic only because its lease record is live
+// (no mark says so: a lost <prefix>_tagopts that nobody wrote back yet, or a tag just
+// marked ordinary whose leader has not released it). The record is followed, never
+// taken; once it is seen unchanged for a whole lease TTL its leader has stopped, the
+// record is no longer live, and the tag is no longer monotonic here (reconcile).
+func (m *Manager) followOnly(ts *tagState, h *holder, now time.Duration) time.Duration {
+	if !h.live() {
+		return m.cfg.retryInterval() // reconcile ends the campaign
+	}
+	if silent := now - h.seen; silent < m.cfg.LeaseTTL {
+		return m.cfg.LeaseTTL - silent
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.holders[ts.name] == h {
+		stale := *h
+		stale.stale = true
+		m.setHolder(ts.name, h, &stale)
+	}
+	return m.cfg.retryInterval()
+}
+
 // refreshHolder reads the lease key into the view: a revision the watch has not
-// delivered yet, or the key's absence (it expired) as a deleted record.
-func (m *Manager) refreshHolder(ctx context.Context, ts *tagState) {
+// delivered yet, or the key's absence (it expired) as a deleted record. It reports
+// whether the view changed.
+func (m *Manager) refreshHolder(ctx context.Context, ts *tagState) bool {
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	defer cancel()
 	e, err := m.leaders.Get(callCtx, ts.name)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return
+		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev := m.holders[ts.name]
 	var h *holder
 	switch {
+	case err != nil && prev != nil && prev.gone:
+		return false
 	case err != nil && prev != nil:
 		h = &holder{rev: prev.rev, gone: true, seen: m.now()}
 	case err != nil:
 		h = &holder{gone: true, seen: m.now()}
 	case prev != nil && e.Revision() < prev.rev:
-		return // the watch is ahead already
+		return false // the watch is ahead already
 	default:
 		h = holderOf(e, prev, m.now())
 	}
-	m.holders[ts.name] = h
-	if m.tags[ts.name] == ts {
-		ts.holder.Store(h)
+	if h == prev {
+		return false
 	}
+	m.setHolder(ts.name, prev, h)
+	return true
 }
 
 // acquire writes this dispenser's lease record (create-only when rev is 0, else over
-// revision rev) and starts the term. A fenced term serves from half a TTL after the
-// write returned: the previous leader, whose record is gone, stopped serving at half a
-// TTL after the send of its last successful renewal, which the server stored before
-// this write, so before it returned.
-func (m *Manager) acquire(ctx context.Context, ts *tagState, rev uint64, fenced bool) (*term, error) {
+// revision rev) and starts the term, serving from notBefore at the earliest. A fenced
+// term serves from half a TTL after the write returned: the previous leader, whose
+// record is gone, stopped serving at half a TTL after the send of its last successful
+// renewal, which the server stored before this write, so before it returned.
+func (m *Manager) acquire(ctx context.Context, ts *tagState, rev uint64, fenced bool, notBefore time.Duration) (*term, error) {
 	t := &term{subject: m.nc.NewInbox(), seq: newSequence()}
 	t.serveFrom.Store(math.MaxInt64)
 	rec, err := json.Marshal(leaseRecord{Node: m.cfg.NodeID, Instance: m.instance, Subject: t.subject, TTLMs: m.cfg.LeaseTTL.Milliseconds()})
@@ -153,16 +235,18 @@ func (m *Manager) acquire(ctx context.Context, ts *tagState, rev uint64, fenced 
 	if fenced {
 		from += m.cfg.LeaseTTL / 2
 	}
-	t.serveFrom.Store(int64(max(from, ts.settleUntil)))
+	t.fenceFrom = max(from, notBefore)
+	t.serveFrom.Store(int64(max(t.fenceFrom, ts.settleUntil)))
 	loadCtx, stopLoader := context.WithCancel(ctx)
 	t.stopLoader = stopLoader
 	ts.term.Store(t)
 	ts.terms.Add(1)
+	ts.changed.fire()
 	if !m.spawn(func(context.Context) { m.load(loadCtx, ts, t) }) {
 		m.endTerm(ts, t)
 		return nil, context.Canceled
 	}
-	m.log.Info("monotonic: leading tag", "tag", ts.name, "revision", t.rev, "fenced", fenced, "serves_in", t.startsAt()-acked)
+	m.log.Info("monotonic: leading tag", "tag", ts.name, "revision", t.rev, "fenced", fenced, "serves_in", max(t.startsAt()-acked, 0))
 	return t, nil
 }
 
@@ -182,7 +266,13 @@ func (m *Manager) lead(ctx context.Context, ts *tagState, t *term) uint64 {
 		case <-ts.poke:
 			if h := ts.holder.Load(); h != nil && h.rev > t.rev && (h.gone || h.rec.Instance != m.instance) {
 				m.endTerm(ts, t)
-				m.log.Warn("monotonic: another record replaced our lease; stopped serving", "tag", ts.name, "holder", h.rec.Node, "revision", h.rev)
+				m.log.Warn("monotonic: another record replaced our lease; stopped serving", "tag", ts.name, "holder", wire.Quote(h.rec.Node), "revision", h.rev)
+				return 0
+			}
+			if !m.mayLead(ts.name) {
+				// Marked ordinary while a live record of ours kept the tag monotonic:
+				// give the lease back, after which the tag is ordinary everywhere.
+				m.release(ts, t)
 				return 0
 			}
 			continue
@@ -221,10 +311,14 @@ func (m *Manager) lead(ctx context.Context, ts *tagState, t *term) uint64 {
 	}
 }
 
-// endTerm ends t: it serves nothing more and its inbox is gone.
+// endTerm ends t: it serves nothing more and its inbox is gone. The highest ID it
+// handed out joins what this dispenser passed on: a later leader's answer must lie
+// above it.
 func (m *Manager) endTerm(ts *tagState, t *term) {
 	ts.term.CompareAndSwap(t, nil)
 	t.end()
+	raise(&ts.passed, t.seq.highest())
+	ts.changed.fire()
 }
 
 // release ends t and writes a released record over ours, so that the next leader need

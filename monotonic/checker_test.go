@@ -1,6 +1,7 @@
 package monotonic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,6 +122,35 @@ func (r *recorder) verify() (dups, broken int, examples []string) {
 			rep.first, rep.last, rep.client, rep.sent, rep.recv, b.Above))
 	}
 	return len(twice), len(bad), examples
+}
+
+// brokenAfter checks the replies to requests sent at or after at, each against every
+// reply received before it was sent (those to earlier requests too): it returns the
+// ones not above all of them.
+func (r *recorder) brokenAfter(at time.Duration) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byRecv := slices.Clone(r.replies)
+	slices.SortFunc(byRecv, func(a, b reply) int { return cmp.Compare(a.recv, b.recv) })
+	highest := make([]int64, len(byRecv)) // the highest ID received up to each reply, by receipt
+	for i, rep := range byRecv {
+		highest[i] = rep.last
+		if i > 0 {
+			highest[i] = max(highest[i], highest[i-1])
+		}
+	}
+	var broken []string
+	for _, rep := range r.replies {
+		if rep.sent < at {
+			continue
+		}
+		// The replies received before rep was sent.
+		n, _ := slices.BinarySearchFunc(byRecv, rep.sent, func(x reply, t time.Duration) int { return cmp.Compare(x.recv, t) })
+		if n > 0 && rep.first <= highest[n-1] {
+			broken = append(broken, fmt.Sprintf("[%d..%d] sent %v, not above %d", rep.first, rep.last, rep.sent, highest[n-1]))
+		}
+	}
+	return broken
 }
 
 // summary says how many replies and errors there were, for the test log.

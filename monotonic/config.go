@@ -29,11 +29,30 @@ type Config struct {
 
 	// Conn carries forwarded requests: a leader subscribes an inbox subject of its own
 	// per tag (nats.Conn.NewInbox, so the connection's custom inbox prefix applies) and
-	// followers send requests to it. Only inbox subjects are used, so the dispenser
-	// role of deploy/nats-roles.conf needs nothing new. JetStream holds the buckets.
+	// followers send requests to it. Besides inbox subjects it asks
+	// $SRV.PING.<prefix>.<instance> with replies on _INBOX_<prefix>_mono.> (verify.go),
+	// which deploy/nats-roles.conf allows. JetStream holds the buckets.
 	Conn      *nats.Conn
 	JetStream jetstream.JetStream
 	Replicas  int // replicas of both buckets (1, or 3 on a NATS cluster)
+
+	// ServiceID returns the $SRV instance ID of this dispenser's service (the ID its
+	// $SRV.PING.<prefix>.<id> answers to). Lease records name it as the leader's
+	// instance, and followers forward only to a leader whose instance answers there
+	// (verified once per term). Asked once, when Run starts. Required.
+	ServiceID func() string
+
+	// MemoryFile is the file of the data dir that remembers the tags this dispenser
+	// treated as monotonic, so that a lost <prefix>_tagopts never makes one ordinary
+	// (memory.go). It is created when missing; a damaged one fails New. Required.
+	MemoryFile string
+
+	// SegmentMarks are this dispenser's segment high-water marks (segment.Config.Marks):
+	// a tag with a mark is one it may have served as an ordinary tag, and may still be
+	// answering an ordinary request of. A tag marked while the dispensers run is led
+	// from its first lease on only when no dispenser has a mark of it; else its first
+	// leader waits half a lease TTL (presence.go). nil: every tag counts as served.
+	SegmentMarks segment.Marks
 
 	// Segments is where a leader's fresh segments come from. Required.
 	Segments SegmentTaker
@@ -48,8 +67,11 @@ type Config struct {
 	CodeOf func(error) (code int, description string)
 
 	// LeaseTTL is how long a leader's lease lives without a renewal: the others take
-	// it over once they have seen its record unchanged for LeaseTTL, so after a leader
-	// dies its tags answer 503 for about one LeaseTTL. A leader renews every
+	// it over once they have seen its record unchanged for LeaseTTL (their own
+	// LeaseTTL, never the ttl_ms a record states), or, when its leader no longer
+	// listens, once they have seen it unchanged for 2 renewals, and serve from half a
+	// LeaseTTL after they first saw it: after a leader dies its tags are served again
+	// after about half a LeaseTTL (requests wait meanwhile, RequestWait). A leader renews every
 	// RenewInterval and stops serving at LeaseTTL/2 after the send of its last renewal
 	// that succeeded, so LeaseTTL must be at least 4 renewals: two may fail before it
 	// stops. The <prefix>_leaders bucket keeps records for 2 x LeaseTTL, so every
@@ -64,6 +86,12 @@ type Config struct {
 	// bounds how long a request at the leader waits for its next segment.
 	ForwardTimeout time.Duration
 	WaitMax        time.Duration
+	// RequestWait bounds how long FillAsync keeps a request that finds no leader to
+	// serve it (a hand-over, a leader waiting out the previous one, a leader not
+	// verified yet) before it answers 503: it waits for the next leader instead, as a
+	// segment request waits for a store that loads. Set it to the caller's own wait
+	// bound (the service's WaitMax, 2 s by default). Fill waits until its ctx ends.
+	RequestWait time.Duration
 	// MaxBatch is the largest count of one request (the service's max_batch).
 	// MaxForward bounds the IDs of one forwarded message, which carries the requests a
 	// follower received while earlier ones were under way (at least one request, so
@@ -83,8 +111,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults; Conn, JetStream, Segments, CodeOf and NodeID are
-// left to the caller.
+// DefaultConfig returns the defaults; Conn, JetStream, Segments, CodeOf, NodeID,
+// ServiceID and MemoryFile are left to the caller.
 func DefaultConfig() Config {
 	seg := segment.DefaultConfig()
 	return Config{
@@ -94,6 +122,7 @@ func DefaultConfig() Config {
 		RenewInterval:   time.Second,
 		ForwardTimeout:  time.Second,
 		WaitMax:         time.Second,
+		RequestWait:     2 * time.Second,
 		MaxBatch:        wire.DefaultMaxBatch,
 		MaxForward:      1 << 16,
 		MaxInFlight:     4,
@@ -117,6 +146,10 @@ func (c Config) Validate() error {
 		return errors.New("monotonic: config: Segments is required")
 	case c.CodeOf == nil:
 		return errors.New("monotonic: config: CodeOf is required")
+	case c.ServiceID == nil:
+		return errors.New("monotonic: config: ServiceID is required: followers check a leader's $SRV instance")
+	case c.MemoryFile == "":
+		return errors.New("monotonic: config: MemoryFile is required: the data dir's file of monotonic tags")
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("monotonic: config: Replicas %d: want 1 to 5", c.Replicas)
 	case c.RenewInterval < time.Millisecond:
@@ -126,8 +159,8 @@ func (c Config) Validate() error {
 			c.LeaseTTL, c.RenewInterval, 4*c.RenewInterval)
 	case c.RetryInterval < 0 || c.RetryInterval > c.LeaseTTL/4:
 		return fmt.Errorf("monotonic: config: RetryInterval %v: want 0 (LeaseTTL/20) up to LeaseTTL/4 (%v)", c.RetryInterval, c.LeaseTTL/4)
-	case c.ForwardTimeout < time.Millisecond || c.WaitMax < time.Millisecond:
-		return fmt.Errorf("monotonic: config: ForwardTimeout %v and WaitMax %v: want at least 1ms", c.ForwardTimeout, c.WaitMax)
+	case c.ForwardTimeout < time.Millisecond || c.WaitMax < time.Millisecond || c.RequestWait < time.Millisecond:
+		return fmt.Errorf("monotonic: config: ForwardTimeout %v, WaitMax %v and RequestWait %v: want at least 1ms", c.ForwardTimeout, c.WaitMax, c.RequestWait)
 	case c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit:
 		return fmt.Errorf("monotonic: config: MaxBatch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
 	case c.MaxForward < c.MaxBatch:

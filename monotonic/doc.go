@@ -5,20 +5,61 @@
 // primary serves a key in a lease-based store (Chubby, etcd's lessor), built on
 // JetStream KV and core NATS.
 //
+// # Which tags are monotonic
+//
 // The mark is the key of the tag in the KV bucket <prefix>_tagopts, so Leaf's
 // leaf_alloc is not changed and the KV and MySQL stores work alike. Every dispenser
-// watches it; until it has loaded it, segment requests are answered 503.
+// watches it; until it has loaded it, segment requests are answered 503. A tag is
+// monotonic on a dispenser when
+//
+//   - its value in <prefix>_tagopts says so ({"monotonic":true});
+//   - it has no value there (a deleted or purged key, a bucket lost and created again)
+//     and this dispenser remembers it: every tag it treated as monotonic is written to a
+//     file of its data dir (Config.MemoryFile) before it leads the tag or forwards a
+//     request of it, and stays there until the value {"monotonic":false} says the
+//     operator made it ordinary (`dispenser tag update --monotonic=false`). A dispenser
+//     that finds a remembered tag without a value writes the mark back;
+//   - or its lease record in <prefix>_leaders is live (held, not seen unchanged for a
+//     lease TTL), mark or not: a dispenser that knows nothing else of the tag still never
+//     serves it as an ordinary tag while someone leads it.
+//
+// A tag marked ordinary stays monotonic until its leader gave the lease back; the
+// update that marks it answers once that happened on the dispenser that answers it.
+//
+// # When the promise starts
+//
+// Marking a tag (SetMonotonic, behind `tag add|update --monotonic`) returns once every
+// dispenser has taken the mark in: each keeps a presence record in <prefix>_leaders
+// saying up to which revision of <prefix>_tagopts its view is complete, writes it
+// before it first lists the marks and again as soon as its view grows, and the mark's
+// writer waits until every record reaches the mark (LeaseTTL/2 at most; one that does
+// not is logged). From then on no dispenser serves the tag as an ordinary tag, and the
+// promise holds for every request sent after the mark's admin request was answered.
+//
+// The first leader of a tag marked while the dispensers run takes its first segment
+// only once the tag has settled: no ordinary reply of it can come later from above
+// that segment. A dispenser that has served the tag as an ordinary tag (it has a
+// segment high-water mark of it, Config.SegmentMarks) says so in its presence record,
+// since it may still answer an ordinary request it took before the mark, from a
+// segment it loads later; then the leader waits half a lease TTL from when it saw the
+// mark (those requests wait 2 s at most). A tag no dispenser has served (one just
+// added monotonic) has settled as soon as every presence record shows the mark, so its
+// leader serves from its first lease on. A request sent before the add was answered
+// and still waiting for the tag's first ordinary segment is the one case left out: do
+// not ask for a tag before its add answered.
 //
 // # Leases
 //
-// One dispenser at a time leads a marked tag, under a lease: the key of the tag in
-// <prefix>_leaders. The record names the leader and an inbox subject of its own where
-// followers forward requests. Every write of the key but the very first is a
-// compare-and-set on the revision the writer saw, so a write succeeds only if nobody
-// wrote the key since: the leader renews every RenewInterval over the revision it
-// wrote last, and a renewal that finds another revision means the lease is lost. The
+// One dispenser at a time leads a monotonic tag, under a lease: the key of the tag in
+// <prefix>_leaders. The record names the leader's $SRV instance and an inbox subject of
+// its own where followers forward requests. Every write of the key but the very first
+// is a compare-and-set on the revision the writer saw, so a write succeeds only if
+// nobody wrote the key since: the leader renews every RenewInterval over the revision
+// it wrote last, and a renewal that finds another revision means the lease is lost. The
 // bucket keeps a record for twice the lease TTL after its last write; expiry only
-// collects what nobody took, and safety does not depend on it.
+// collects what nobody took, and safety does not depend on it, but for a tag's first
+// lease (below). A record's ttl_ms is written for people; every dispenser times leases
+// with its own LeaseTTL.
 //
 // # Fencing, by time
 //
@@ -30,12 +71,22 @@
 //     compare-and-set on its revision: its leader sent its last successful renewal
 //     before it could be seen, and stopped serving half a TTL later, so half a TTL
 //     before the takeover at least; the compare-and-set proves no renewal came since;
-//   - from a released record (its leader stopped serving, then wrote it), at once;
+//   - from a record whose leader no longer answers (no subscriber on its inbox, or its
+//     instance does not answer $SRV) and that they have seen unchanged for two
+//     renewals, by a compare-and-set on its revision, serving from half a TTL after
+//     they first saw it: by the same argument its leader stopped serving by then. A
+//     killed leader's tag is served again about half a TTL after its last renewal;
+//   - from a released record (its leader stopped serving, then wrote it), at once. The
+//     first lease of a tag is such a record too: SetMonotonic writes it, before the
+//     mark, when the tag is monotonic neither by its value nor in the writer's view and
+//     its lease key holds nothing at all (whoever led it last wrote more than two TTLs
+//     ago, by the bucket's record lifetime), so a new tag's first leader serves as soon
+//     as its lease is written;
 //   - from a record of their own (nobody wrote the key since), at once;
-//   - from no record at all (it expired, was deleted, or never was), by a create-only
-//     write, and then serve no earlier than half a TTL after the write returned: the
-//     previous leader's last successful renewal was stored before that write, so it was
-//     sent before the write returned.
+//   - from no record at all (it expired, was deleted, or the bucket was lost), by a
+//     create-only write, and then serve no earlier than half a TTL after the write
+//     returned: the previous leader's last successful renewal was stored before that
+//     write, so it was sent before the write returned.
 //
 // So two leaders never serve at once, whatever the NATS servers' clocks do, as long as
 // the dispensers' clocks measure half a TTL alike (they run on Go's monotonic clock).
@@ -59,16 +110,36 @@
 // # Forwarding
 //
 // A request that reaches a dispenser that does not lead the tag is forwarded to the
-// leader's inbox (a core NATS request on the dispenser's JetStream connection, so only
-// inbox subjects are used) and the answer relayed, within ForwardTimeout. Requests that
-// arrive while earlier ones are under way travel together in the next forwarded
-// message. A forwarded request was sent after the client's request, so the leader's
-// check covers it. When no leader is known, or it does not answer, the answer is 503.
+// leader's inbox (a core NATS request on the dispenser's JetStream connection: only
+// inbox subjects, and $SRV.PING.<prefix>.* answered on _INBOX_<prefix>_mono.>, are
+// used) and the answer relayed, within
+// ForwardTimeout. Requests that arrive while earlier ones are under way travel together
+// in the next forwarded message. A forwarded request was sent after the client's
+// request, so the leader's check covers it.
+//
+// A follower forwards only to a leader it verified: the instance the record names
+// answers $SRV.PING.<prefix>.<instance> as a dispenser of this service (checked once
+// per term, off the request path). And it checks every answer before passing any of
+// it on: as many IDs as asked, strictly increasing, and above every ID of the tag it
+// handed out before it asked (its own terms' and its leaders'); an answer that is not
+// is refused (503) and counted. A record naming any inbox at all, or an inbox answered
+// by anything but a leader, costs a 503, never an ID out of order.
+//
+// # Waiting instead of refusing
+//
+// A request that finds no leader to serve it (no verified leader yet, a hand-over
+// under way, this dispenser's new term waiting out the previous one, a leader that no
+// longer answers) waits for the next one, as a segment request waits for a store that
+// loads: until its ctx ends (Fill) or RequestWait passed (FillAsync), and only then is
+// it answered 503. The waiting requests hold no goroutine of their own: a tag's
+// senders (MaxInFlight at most) carry them, and serve them from this dispenser's term
+// when it becomes the leader.
 //
 // # Faults
 //
-//   - Leader killed: a follower that saw no renewal for a TTL takes the lease over and
-//     serves at once, so the tag answers 503 for about one TTL.
+//   - Leader killed: followers find its inbox without subscriber, one takes the lease
+//     over after two renewals of silence and serves from half a TTL after the record
+//     was first seen; requests wait meanwhile (a TTL of 2 s: about a second).
 //   - Leader paused (GC, SIGSTOP, VM pause) past half a TTL: on resume its clock says
 //     its term is over; it serves nothing from it, and takes the lease again only by a
 //     new write (with a fresh segment), if nobody took it meanwhile.
@@ -79,13 +150,17 @@
 //   - Store unreachable: the leader serves what it holds, then answers 503.
 //   - Graceful stop: the leader stops serving, then writes a released record; a
 //     follower takes over at once.
+//   - <prefix>_tagopts lost: every dispenser keeps serving its remembered tags as
+//     monotonic and writes their marks back; a dispenser started meanwhile remembers
+//     its own, and a live lease record makes a tag monotonic to one that remembers none.
+//   - A forged lease record (any inbox, any ttl_ms): not verified, so nothing is
+//     forwarded to it; it is taken over by the rules above (two renewals of silence
+//     when it names no live dispenser), so the tag answers 503 while it is rewritten and
+//     is served again about half a TTL after its writer stopped.
 //
-// The promise starts once every dispenser has seen a tag's mark: their watches see it
-// within milliseconds, and a dispenser that sees a tag marked while it runs serves it
-// as a leader no earlier than half a TTL later, which covers a watch that lags. With a
-// MySQL store (Config.FoldCase), a tag whose name differs only in case from a marked one
-// is refused (400), since MySQL keeps both as one row; the KV store keeps them apart,
-// and there both are served. Pools never serve a monotonic tag (OrdinaryOnly), and the
-// JetStream pool stream purges the batches it stored for a tag before it was marked
-// (pools.StreamConfig.Excluded is IsMonotonic).
+// With a MySQL store (Config.FoldCase), a tag whose name differs only in case from a
+// monotonic one is refused (400), since MySQL keeps both as one row; the KV store keeps
+// them apart, and there both are served. Pools never serve a monotonic tag
+// (OrdinaryOnly), and the JetStream pool stream purges the batches it stored for a tag
+// before it was marked (pools.StreamConfig.Excluded is IsMonotonic).
 package monotonic

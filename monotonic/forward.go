@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -22,28 +24,38 @@ import (
 // TagHeader names the tag of a forwarded request.
 const TagHeader = "Leaf-Tag"
 
-// forwarder is a follower's queue of requests for one tag's leader. Requests that
-// arrive while MaxInFlight forwarded messages are under way wait and go together in
-// the next one: under load, one round trip to the leader carries many requests.
+// forwarder is a tag's queue of requests that TryFill could not serve: requests for
+// another dispenser's leader, and requests that wait for a leader (a hand-over, this
+// dispenser's term waiting out the previous one, a leader not verified yet). At most
+// MaxInFlight senders take them off it, each one forwarded message (or one local fill)
+// at a time: under load, one round trip to the leader carries many requests.
 type forwarder struct {
 	mu      sync.Mutex
 	queue   []*pending
 	senders int
 }
 
-// pending is one request waiting for its IDs from the leader: the sender fills dst
-// (which it owns until then) and calls done once.
+// pending is one request waiting for its IDs: the sender fills dst (which it owns until
+// then) and calls done once, by deadline (on the Manager's clock) at the latest.
 type pending struct {
-	dst  []int64
-	done func(error)
+	dst      []int64
+	done     func(error)
+	deadline time.Duration
 }
 
-// forward fills dst through the tag's leader, waiting at most until ctx ends. The
+// errLeaderGone is a forward that found no subscriber on the leader's inbox: its
+// process or connection is gone, or its term ended.
+var errLeaderGone = errors.New("no longer listens (gone, or its lease ended)")
+
+// queued fills dst through the queue, waiting at most wait (and until ctx ends). The
 // sender fills a buffer of its own, so that a request given up on leaves dst alone.
-func (m *Manager) forward(ctx context.Context, ts *tagState, dst []int64) error {
+func (m *Manager) queued(ctx context.Context, ts *tagState, dst []int64, wait time.Duration) error {
 	buf := make([]int64, len(dst))
 	result := make(chan error, 1)
-	m.forwardAsync(ts, buf, func(err error) { result <- err })
+	if !m.enqueue(ts, &pending{dst: buf, done: func(err error) { result <- err }, deadline: m.now() + wait}) {
+		ts.forwardErrors.Add(1)
+		return errNotReady
+	}
 	select {
 	case err := <-result:
 		if err == nil {
@@ -51,27 +63,14 @@ func (m *Manager) forward(ctx context.Context, ts *tagState, dst []int64) error 
 		}
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: monotonic: tag %q: the leader did not answer in time: %w", wire.ErrUnavailable, ts.name, ctx.Err())
+		return fmt.Errorf("%w: monotonic: tag %q: no leader answered in time: %w", wire.ErrUnavailable, ts.name, ctx.Err())
 	}
 }
 
-// forwardAsync queues dst for the tag's leader; done is called once, on a sender's
-// goroutine or at once.
-func (m *Manager) forwardAsync(ts *tagState, dst []int64, done func(error)) {
-	if h := ts.holder.Load(); !m.leaderKnown(h) {
-		ts.forwardErrors.Add(1)
-		done(noLeader(ts.name))
-		return
-	}
-	if !m.enqueue(ts, &pending{dst: dst, done: done}) {
-		ts.forwardErrors.Add(1)
-		done(errNotReady)
-	}
-}
-
-// leaderKnown reports whether h names another dispenser to forward to.
+// leaderKnown reports whether h names another dispenser to forward to, whose record is
+// live.
 func (m *Manager) leaderKnown(h *holder) bool {
-	return !h.free() && h.rec.Instance != m.instance && m.forwardable(h.rec.Subject)
+	return h.live() && h.rec.Instance != m.instance && m.forwardable(h.rec.Subject)
 }
 
 // forwardable reports whether a lease record's subject may receive forwarded requests:
@@ -84,7 +83,7 @@ func (m *Manager) forwardable(subject string) bool {
 }
 
 func noLeader(tag string) error {
-	return fmt.Errorf("%w: monotonic: no leader of tag %q is known right now", wire.ErrUnavailable, tag)
+	return fmt.Errorf("%w: monotonic: no verified leader of tag %q is known right now", wire.ErrUnavailable, tag)
 }
 
 // enqueue queues p and starts a sender unless MaxInFlight already run.
@@ -105,25 +104,15 @@ func (m *Manager) enqueue(ts *tagState, p *pending) bool {
 	return true
 }
 
-// send forwards queued requests of ts, as many as fit in one message at a time, until
-// the queue is empty, and answers each of them.
+// send serves queued requests of ts, as many as fit in one forwarded message at a time,
+// until the queue is empty.
 func (m *Manager) send(ctx context.Context, ts *tagState) {
 	for {
 		batch := m.nextBatch(ts)
 		if batch == nil {
 			return
 		}
-		ids, err := m.sendBatch(ctx, ts, batch)
-		for _, p := range batch {
-			if err != nil {
-				ts.forwardErrors.Add(1)
-				p.done(err)
-				continue
-			}
-			ids = ids[copy(p.dst, ids):]
-			ts.forwarded.Add(1)
-			p.done(nil)
-		}
+		m.serveBatch(ctx, ts, batch)
 	}
 }
 
@@ -148,25 +137,157 @@ func (m *Manager) nextBatch(ts *tagState) []*pending {
 	return batch
 }
 
-// sendBatch sends one forwarded message to the leader as the view names it now, and
-// returns the IDs of all its requests, in order. When the leader refuses or does not
-// listen and the view names another leader meanwhile (a handover), it asks that one,
-// once.
-func (m *Manager) sendBatch(ctx context.Context, ts *tagState, batch []*pending) ([]int64, error) {
-	h := ts.holder.Load()
-	ids, err := m.sendTo(ctx, ts, h, batch)
-	if err != nil && errors.Is(err, wire.ErrUnavailable) {
-		if now := ts.holder.Load(); now != h && m.leaderKnown(now) && now.rec.Subject != h.rec.Subject {
-			ids, err = m.sendTo(ctx, ts, now, batch)
+// serveBatch answers every request of batch: from this dispenser's term when it serves
+// the tag, else from the verified leader through one forwarded message. Until one of
+// them can serve (no leader known or verified, a term waiting out the previous one, a
+// leader that refused or no longer listens), it waits for the tag's state to change,
+// and answers each request 503 once its deadline passed.
+func (m *Manager) serveBatch(ctx context.Context, ts *tagState, batch []*pending) {
+	why := noLeader(ts.name)
+	for {
+		now := m.now()
+		batch = m.expire(ts, batch, now, why)
+		if len(batch) == 0 {
+			return
 		}
+		if ctx.Err() != nil || ts.ctx.Err() != nil {
+			m.answerAll(ts, batch, fmt.Errorf("%w: monotonic: tag %q is no longer served as monotonic here (stopping, or its mark changed): ask again", wire.ErrUnavailable, ts.name))
+			return
+		}
+		changed := ts.changed.wait()
+		until := earliest(batch)
+		if t := ts.term.Load(); t != nil {
+			if t.serving(now) {
+				batch = m.fillLocal(ctx, ts, t, batch)
+				why = errNotServing
+				continue
+			}
+			if start := t.startsAt(); now < start {
+				why = fmt.Errorf("%w: monotonic: this dispenser took the lease of tag %q and serves it once the previous leader's lease is surely over", wire.ErrUnavailable, ts.name)
+				if start != math.MaxInt64 {
+					until = min(until, start)
+				}
+			} else {
+				why = errNotServing // lapsed: the campaign ends it and looks again
+				until = min(until, now+m.cfg.retryInterval())
+			}
+			m.sleep(ctx, ts, changed, until)
+			continue
+		}
+		h := ts.holder.Load()
+		if !m.verifiedLeader(ts, h) {
+			why = noLeader(ts.name)
+			if m.leaderKnown(h) && ts.verified.Load() == nil {
+				poke(ts.poke) // a campaign that waits for a timer verifies now
+			}
+			m.sleep(ctx, ts, changed, until)
+			continue
+		}
+		ids, err := m.sendTo(ctx, ts, h, batch, until-now)
+		if err == nil {
+			for _, p := range batch {
+				ids = ids[copy(p.dst, ids):]
+				ts.forwarded.Add(1)
+				p.done(nil)
+			}
+			return
+		}
+		if !errors.Is(err, wire.ErrUnavailable) {
+			m.answerAll(ts, batch, err) // 400, 404, 500: the leader's answer is the answer
+			return
+		}
+		why = err
+		if errors.Is(err, errLeaderGone) {
+			ts.unreachable.Store(h.rev)
+			poke(ts.poke)
+		}
+		// Look again once the view changes, or after a moment (the leader refused: its
+		// term not started yet, or ended).
+		m.sleep(ctx, ts, changed, min(until, m.now()+m.cfg.retryInterval()))
 	}
-	return ids, err
 }
 
-// sendTo sends one forwarded message to the leader of record h.
-func (m *Manager) sendTo(ctx context.Context, ts *tagState, h *holder, batch []*pending) ([]int64, error) {
-	if !m.leaderKnown(h) {
-		return nil, noLeader(ts.name)
+// fillLocal fills each request of batch from t, this dispenser's term, each waiting for
+// a segment until its deadline (WaitMax at most); it returns those left because the
+// term ended meanwhile.
+func (m *Manager) fillLocal(ctx context.Context, ts *tagState, t *term, batch []*pending) []*pending {
+	var left []*pending
+	for _, p := range batch {
+		wait := min(p.deadline-m.now(), m.cfg.WaitMax)
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		err := m.fillTerm(fctx, ts, t, p.dst)
+		cancel()
+		switch {
+		case errors.Is(err, errNotServing) || errors.Is(err, errTermEnded):
+			left = append(left, p)
+		case err != nil:
+			ts.forwardErrors.Add(1)
+			p.done(err)
+		default:
+			p.done(nil)
+		}
+	}
+	return left
+}
+
+// expire answers the requests of batch whose deadline passed with a 503 that says why
+// no leader served them, and returns the others.
+func (m *Manager) expire(ts *tagState, batch []*pending, now time.Duration, why error) []*pending {
+	kept := batch[:0]
+	for _, p := range batch {
+		if p.deadline > now {
+			kept = append(kept, p)
+			continue
+		}
+		ts.forwardErrors.Add(1)
+		p.done(fmt.Errorf("%w: monotonic: tag %q: no leader served the request within its wait: %v", wire.ErrUnavailable, ts.name, why))
+	}
+	return kept
+}
+
+func (m *Manager) answerAll(ts *tagState, batch []*pending, err error) {
+	for _, p := range batch {
+		ts.forwardErrors.Add(1)
+		p.done(err)
+	}
+}
+
+// earliest is the first deadline of batch.
+func earliest(batch []*pending) time.Duration {
+	d := batch[0].deadline
+	for _, p := range batch[1:] {
+		d = min(d, p.deadline)
+	}
+	return d
+}
+
+// sleep waits until changed fires, the clock reaches until, or ctx or the tag's
+// campaign ends.
+func (m *Manager) sleep(ctx context.Context, ts *tagState, changed <-chan struct{}, until time.Duration) {
+	d := until - m.now()
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-changed:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-ts.ctx.Done():
+	}
+}
+
+// sendTo sends one forwarded message to the leader of record h, within timeout (and
+// ForwardTimeout), and returns the IDs of all its requests, in order. The answer is
+// checked before anything of it is passed on: as many IDs as asked, strictly
+// increasing, and above every ID of the tag this dispenser passed on before it asked.
+// One that is not is refused (503) and counted: a leader never sends such an answer,
+// so it comes from something else that answers on the leader's inbox.
+func (m *Manager) sendTo(ctx context.Context, ts *tagState, h *holder, batch []*pending, timeout time.Duration) ([]int64, error) {
+	timeout = min(timeout, m.cfg.ForwardTimeout)
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: monotonic: tag %q: no time left to forward", wire.ErrUnavailable, ts.name)
 	}
 	total := 0
 	body := make([]byte, 0, 4*len(batch))
@@ -178,32 +299,59 @@ func (m *Manager) sendTo(ctx context.Context, ts *tagState, h *holder, batch []*
 		total += len(p.dst)
 	}
 	msg := &nats.Msg{Subject: h.rec.Subject, Header: nats.Header{TagHeader: []string{ts.name}}, Data: body}
+	floor := ts.passed.Load()
 	ts.forwardMessages.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := m.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("%w: monotonic: tag %q: leader %s no longer listens (gone, or its lease ended)", wire.ErrUnavailable, ts.name, h.rec.Node)
+			return nil, fmt.Errorf("%w: monotonic: tag %q: leader %s %w", wire.ErrUnavailable, ts.name, wire.Quote(h.rec.Node), errLeaderGone)
 		}
-		return nil, fmt.Errorf("%w: monotonic: tag %q: forward to leader %s: %w", wire.ErrUnavailable, ts.name, h.rec.Node, err)
+		return nil, fmt.Errorf("%w: monotonic: tag %q: forward to leader %s: %w", wire.ErrUnavailable, ts.name, wire.Quote(h.rec.Node), err)
 	}
 	if err := wire.ReplyError(resp.Header.Get(wire.ServiceErrorCodeHeader), resp.Header.Get(wire.ServiceErrorHeader)); err != nil {
 		return nil, err
 	}
 	ids, err := wire.DecodeIDs(make([]int64, 0, total), resp.Data, wire.Binary)
-	if err == nil && len(ids) != total {
-		err = fmt.Errorf("%w: %d IDs for %d asked", wire.ErrBadReply, len(ids), total)
+	if err == nil {
+		err = checkAnswer(ids, total, floor)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("monotonic: tag %q: answer of leader %s: %w", ts.name, h.rec.Node, err)
+		ts.refusedAnswers.Add(1)
+		if now := int64(m.now()); now-ts.answerWarned.Load() >= int64(m.cfg.LeaseTTL) {
+			ts.answerWarned.Store(now)
+			m.log.Warn("monotonic: refused an answer from the inbox of the tag's leader", "tag", ts.name, "leader", wire.Quote(h.rec.Node), "err", err)
+		}
+		return nil, fmt.Errorf("%w: monotonic: tag %q: refused the answer of leader %s: %w", wire.ErrUnavailable, ts.name, wire.Quote(h.rec.Node), err)
 	}
+	raise(&ts.passed, ids[len(ids)-1])
 	return ids, nil
+}
+
+// errBadAnswer is a leader's answer that breaks what a leader's answer always is.
+var errBadAnswer = errors.New("not an answer a leader gives")
+
+// checkAnswer checks a leader's answer to a forwarded message: want IDs, strictly
+// increasing, the first above floor (the highest ID passed on before the message left).
+func checkAnswer(ids []int64, want int, floor int64) error {
+	if len(ids) != want {
+		return fmt.Errorf("%w: %d IDs for %d asked", errBadAnswer, len(ids), want)
+	}
+	if ids[0] <= floor {
+		return fmt.Errorf("%w: its first ID %d is not above %d, an ID already passed on", errBadAnswer, ids[0], floor)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			return fmt.Errorf("%w: ID %d follows %d", errBadAnswer, ids[i], ids[i-1])
+		}
+	}
+	return nil
 }
 
 // forwarded serves the requests followers forward to t's inbox, on the subscription's
 // goroutine: one forwarded message at a time, in order, each waiting at most WaitMax
-// for a segment.
+// for the term to start and for a segment.
 func (m *Manager) forwarded(ts *tagState, t *term) nats.MsgHandler {
 	return func(msg *nats.Msg) {
 		if !m.subjects.ReplyAllowed(msg.Reply) {
@@ -220,6 +368,12 @@ func (m *Manager) forwarded(ts *tagState, t *term) nats.MsgHandler {
 		if err == nil {
 			ids := make([]int64, total)
 			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.WaitMax)
+			// A term that waits out the previous leader holds the request until it
+			// serves, when that is within WaitMax: the follower's time is better spent
+			// waiting here than asking again.
+			if start := t.startsAt(); start != math.MaxInt64 && start-m.now() <= m.cfg.WaitMax {
+				m.sleepUntil(ctx, start)
+			}
 			err = m.fillTerm(ctx, ts, t, ids)
 			cancel()
 			reply.Data = wire.AppendIDs(make([]byte, 0, 8*total), ids, wire.Binary)

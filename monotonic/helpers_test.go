@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -36,6 +37,22 @@ type env struct {
 	// wrapLeaders, when set, wraps each dispenser's <prefix>_leaders bucket before its
 	// Manager runs (to fail its lease writes).
 	wrapLeaders func(node string, kv jetstream.KeyValue) jetstream.KeyValue
+	// wrapOpts, when set, wraps each dispenser's <prefix>_tagopts bucket likewise.
+	wrapOpts func(kv jetstream.KeyValue) jetstream.KeyValue
+	// dirs is each dispenser's data dir, by name: a dispenser started again under a
+	// name keeps its memory of monotonic tags, as a restarted process does.
+	dirs map[string]string
+}
+
+// dataDir is the data dir of dispenser name, the same for every start under that name.
+func (e *env) dataDir(name string) string {
+	if e.dirs == nil {
+		e.dirs = map[string]string{}
+	}
+	if e.dirs[name] == "" {
+		e.dirs[name] = e.t.TempDir()
+	}
+	return e.dirs[name]
 }
 
 // newEnv is one NATS server and a short lease: TTL 2s, renewed every 250ms.
@@ -89,6 +106,7 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	}
 	segCfg := segment.DefaultConfig()
 	segCfg.Store, segCfg.Logger = store, e.logger(name, "segment")
+	segCfg.Marks = segment.NewInmemMarks()
 	if n.gen, err = segment.New(segCfg); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +116,9 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	cfg.CodeOf = core.CodeOf
 	cfg.FoldCase = e.mysqlDSN != ""
 	cfg.Logger = e.logger(name, "monotonic")
+	cfg.MemoryFile = filepath.Join(e.dataDir(name), "monotonic.tags")
+	cfg.ServiceID = func() string { return n.svc.Info().ID }
+	cfg.SegmentMarks = segCfg.Marks
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -107,17 +128,10 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	if e.wrapLeaders != nil {
 		n.mgr.leaders = e.wrapLeaders(name, n.mgr.leaders)
 	}
-	runCtx, runCancel := context.WithCancel(context.Background())
-	n.cancel = runCancel
-	for _, run := range []func(context.Context) error{n.gen.Run, n.mgr.Run} {
-		n.done.Add(1)
-		go func() {
-			defer n.done.Done()
-			if err := run(runCtx); err != nil {
-				t.Errorf("%s: Run: %v", name, err)
-			}
-		}()
+	if e.wrapOpts != nil {
+		n.mgr.opts = e.wrapOpts(n.mgr.opts)
 	}
+	// The service before the Manager runs: its $SRV instance is the Manager's.
 	cc := core.DefaultConfig()
 	cc.Segments, cc.Tags, cc.Monotonic = n.gen, store, n.mgr
 	c, err := core.New(cc)
@@ -130,6 +144,17 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	n.svcNC = e.connect(urls, name+"-service")
 	if n.svc, err = bus.New(n.svcNC, svcCfg); err != nil {
 		t.Fatalf("%s: bus.New: %v", name, err)
+	}
+	runCtx, runCancel := context.WithCancel(context.Background())
+	n.cancel = runCancel
+	for _, run := range []func(context.Context) error{n.gen.Run, n.mgr.Run} {
+		n.done.Add(1)
+		go func() {
+			defer n.done.Done()
+			if err := run(runCtx); err != nil {
+				t.Errorf("%s: Run: %v", name, err)
+			}
+		}()
 	}
 	t.Cleanup(n.stop)
 	for _, ready := range []<-chan struct{}{n.gen.Ready(), n.mgr.Ready()} {

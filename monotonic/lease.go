@@ -2,6 +2,7 @@ package monotonic
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +25,20 @@ type holder struct {
 	rev  uint64
 	gone bool          // deleted or purged (by an operator): free, but maybe just taken from a live leader
 	seen time.Duration // on this dispenser's clock, when this revision was first seen
+	// stale says the record was seen unchanged for a whole lease TTL: its leader stopped
+	// serving. Set (on a copy) only by a follow-only campaign (a tag without a mark,
+	// monotonic by its lease alone), to end that.
+	stale bool
 }
+
+// live reports whether the record says someone leads the tag now: it is held, and not
+// seen unchanged for a lease TTL. A tag with a live record is monotonic to every
+// dispenser, mark or not.
+func (h *holder) live() bool { return !h.free() && !h.stale }
+
+// leaseKey reports whether key of <prefix>_leaders is a tag's lease (a tag name has no
+// dot), rather than a dispenser's presence record (presence.go).
+func leaseKey(key string) bool { return !strings.Contains(key, ".") }
 
 // free reports whether nobody holds the lease by this record: released or deleted. An
 // unreadable record is held by someone unknown until it expires.

@@ -2,7 +2,7 @@ package monotonic
 
 import (
 	"context"
-	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -30,9 +30,12 @@ type Manager struct {
 	// (deleted, or a JetStream that lost its store): see watch.
 	optsCfg, leadersCfg jetstream.KeyValueConfig
 	subjects            wire.Subjects
-	instance            string
-	clock               func() time.Time
-	base                time.Time
+	// instance is this dispenser's $SRV instance ID (Config.ServiceID), set when Run
+	// starts, before any lease is written or compared.
+	instance string
+	clock    func() time.Time
+	base     time.Time
+	memory   *memory // the tags this dispenser treated as monotonic (memory.go)
 
 	marks   atomic.Pointer[markSet]
 	states  atomic.Pointer[map[string]*tagState] // copy of tags, for the request path
@@ -40,7 +43,21 @@ type Manager struct {
 	isReady atomic.Bool
 	refused atomic.Uint64 // forwarded requests whose reply subject was refused
 
+	// applied is the revision of <prefix>_tagopts up to which the view holds every
+	// write; presenceKick wakes the presence loop when it grows (presence.go).
+	applied      atomic.Uint64
+	presenceKick chan struct{}
+	// busy is, per tag marked while this dispenser ran, when it took the mark in, for
+	// the tags it had served as ordinary tags (Config.SegmentMarks); its presence record lists
+	// them for a lease TTL. Guarded by mu.
+	busy map[string]time.Duration
+
+	checkMu sync.Mutex
+	checks  map[string]instanceCheck // $SRV answers by instance (verify.go)
+
 	mu       sync.Mutex
+	optState map[string]bool          // per key of <prefix>_tagopts: its monotonic value; no entry: no value (absent, deleted)
+	markRev  map[string]uint64        // per key of <prefix>_tagopts: the revision of its value
 	tags     map[string]*tagState     // tags with a campaign
 	holders  map[string]*holder       // the last lease record seen per key
 	ended    map[string]chan struct{} // per tag, closed when its last campaign returned
@@ -49,23 +66,77 @@ type Manager struct {
 	wg       sync.WaitGroup
 }
 
-// tagState is one marked tag on this dispenser: the lease as last seen, this
+// tagState is one monotonic tag on this dispenser: the lease as last seen, this
 // dispenser's term when it leads, and its forwarder when it does not.
 type tagState struct {
 	name   string
 	holder atomic.Pointer[holder]
 	term   atomic.Pointer[term]
-	poke   chan struct{} // one token: the lease record changed
+	poke   chan struct{} // one token: the lease record changed, or its leader did not answer
 	fwd    forwarder
+	ctx    context.Context // the campaign's: ends when the tag is no longer monotonic here
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the campaign returned
-	// settleUntil is when the tag's mark, set while this dispenser watched, has surely
-	// reached every dispenser: no term serves before it.
+	// settleUntil is, for a tag marked while this dispenser ran, when every dispenser
+	// has surely taken the mark in and answered the ordinary requests it took before:
+	// no term serves before it, unless every dispenser confirmed the mark at revision
+	// settleRev and none had served the tag (presence.go).
 	settleUntil time.Duration
+	settleRev   uint64
+	// changed fires whenever what a waiting request depends on changed: the lease
+	// record, this dispenser's term, the leader's verification.
+	changed signal
+	// verified is the leader term (instance and subject) that was verified (verify.go).
+	verified atomic.Pointer[leaseID]
+	// unreachable is the revision of the lease record whose leader did not answer (no
+	// subscriber on its inbox, or no $SRV answer): a candidate need not wait a whole
+	// TTL of silence to take it over (campaign.go).
+	unreachable atomic.Uint64
+	// passed is the highest ID of the tag this dispenser handed out: served by its own
+	// terms, or relayed from a leader. A leader's answer must lie above what was passed
+	// on before it was asked (forward.go).
+	passed atomic.Int64
 
-	acquireFailures int // the campaign's: failed attempts in a row, to log once per streak
+	acquireFailures int           // the campaign's: failed attempts in a row, to log once per streak
+	verifyWarned    time.Duration // the campaign's: when a failed verification was last logged
 
 	terms, forwarded, forwardErrors, forwardMessages atomic.Uint64
+	refusedAnswers, unverified                       atomic.Uint64
+	answerWarned                                     atomic.Int64 // when a refused answer was last logged
+}
+
+// signal is a broadcast: wait returns a channel that the next fire closes.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// raise sets a to v when v is higher.
+func raise(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }
 
 // New validates cfg and opens (creating when missing) the two buckets. It fails when
@@ -78,17 +149,26 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if need := int64(cfg.MaxForward) * 8; need > cfg.Conn.MaxPayload() {
 		return nil, fmt.Errorf("monotonic: config: MaxForward %d IDs need %d bytes, but the NATS server's max_payload is %d", cfg.MaxForward, need, cfg.Conn.MaxPayload())
 	}
+	mem, err := openMemory(cfg.MemoryFile)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		nc:       cfg.Conn,
-		subjects: wire.Subjects{Prefix: cfg.Prefix},
-		instance: rand.Text(),
-		clock:    cfg.Now,
-		ready:    make(chan struct{}),
-		tags:     make(map[string]*tagState),
-		holders:  make(map[string]*holder),
-		ended:    make(map[string]chan struct{}),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		nc:           cfg.Conn,
+		subjects:     wire.Subjects{Prefix: cfg.Prefix},
+		clock:        cfg.Now,
+		memory:       mem,
+		ready:        make(chan struct{}),
+		presenceKick: make(chan struct{}, 1),
+		checks:       make(map[string]instanceCheck),
+		optState:     make(map[string]bool),
+		markRev:      make(map[string]uint64),
+		busy:         make(map[string]time.Duration),
+		tags:         make(map[string]*tagState),
+		holders:      make(map[string]*holder),
+		ended:        make(map[string]chan struct{}),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -97,7 +177,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.clock = time.Now
 	}
 	m.base = m.clock()
-	m.marks.Store(&markSet{fold: cfg.FoldCase})
+	// The remembered tags are monotonic from the start, whatever the bucket says.
+	m.marks.Store(newMarkSet(cfg.FoldCase, mem.all()))
 	m.states.Store(&map[string]*tagState{})
 	m.optsCfg = jetstream.KeyValueConfig{
 		Bucket:      m.subjects.Bucket("tagopts"),
@@ -111,7 +192,6 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		TTL:         recordTTL(cfg.LeaseTTL),
 		Replicas:    cfg.Replicas,
 	}
-	var err error
 	if m.opts, err = kvbucket.Open(ctx, cfg.JetStream, m.optsCfg); err != nil {
 		return nil, fmt.Errorf("monotonic: %w", err)
 	}
@@ -176,50 +256,65 @@ func (m *Manager) TryFill(tag string, dst []int64) (ok bool, err error) {
 }
 
 // Fill fills dst with the next IDs of a monotonic tag: from this dispenser's sequence
-// when it leads the tag, else from the leader, through a forwarded request. It answers
-// a 503 when no leader is known, when this dispenser just took the lease and must wait
-// out the previous one, and when the leader does not answer within ctx or
-// ForwardTimeout. The IDs are strictly increasing and above every ID of the tag in any
-// reply received before the request was sent.
+// when it leads the tag, else from the leader, through a forwarded request. A request
+// that finds no leader to serve it (a hand-over under way, this dispenser's new term
+// waiting out the previous one, a leader not verified yet, a leader that no longer
+// answers) waits for the next one until ctx ends (RequestWait when ctx has no
+// deadline), and is answered 503 only then. The IDs are strictly increasing and above
+// every ID of the tag in any reply received before the request was sent.
 func (m *Manager) Fill(ctx context.Context, tag string, dst []int64) error {
 	ts := (*m.states.Load())[tag]
 	if ts == nil {
 		return fmt.Errorf("%w: monotonic: tag %q has no leader yet", wire.ErrUnavailable, tag)
 	}
-	if t := ts.term.Load(); t != nil {
-		now := m.now()
-		if t.serving(now) {
-			ctx, cancel := context.WithTimeout(ctx, m.cfg.WaitMax)
-			defer cancel()
-			return m.fillTerm(ctx, ts, t, dst)
+	if t := ts.term.Load(); t != nil && t.serving(m.now()) {
+		fctx, cancel := context.WithTimeout(ctx, m.cfg.WaitMax)
+		err := m.fillTerm(fctx, ts, t, dst)
+		cancel()
+		if !errors.Is(err, errNotServing) && !errors.Is(err, errTermEnded) {
+			return err
 		}
-		if now < t.startsAt() {
-			return fmt.Errorf("%w: monotonic: this dispenser took the lease of tag %q and serves it in %v, once the previous leader's lease is surely over",
-				wire.ErrUnavailable, tag, (t.startsAt() - now).Round(time.Millisecond))
-		}
+		// The term ended meanwhile: wait for the next leader, as below.
 	}
-	return m.forward(ctx, ts, dst)
+	wait := m.cfg.RequestWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl)
+	}
+	return m.queued(ctx, ts, dst, wait)
 }
 
-// FillAsync is Fill for a caller that must not wait (the service's delivery
-// goroutine): it calls done exactly once, at once or on another goroutine, after
-// filling dst, which it owns until then. A forwarded request holds no goroutine of its
-// own: one forwarded message answers all the requests it carried. done is called
-// within about ForwardTimeout (twice that when the leader changed meanwhile) or
-// WaitMax.
+// FillAsync is FillAsyncWithin with RequestWait.
 func (m *Manager) FillAsync(tag string, dst []int64, done func(error)) {
+	m.FillAsyncWithin(tag, dst, m.cfg.RequestWait, done)
+}
+
+// FillAsyncWithin is Fill for a caller that must not wait (the service's delivery
+// goroutine): it calls done exactly once, at once or on another goroutine, after
+// filling dst, which it owns until then, and within wait (plus a scheduling moment): a
+// request that finds no leader to serve it waits for the next one that long, then gets
+// a 503. A waiting or forwarded request holds no goroutine of its own: the tag's
+// senders (at most MaxInFlight) carry them all, and one forwarded message answers all
+// the requests it carried.
+func (m *Manager) FillAsyncWithin(tag string, dst []int64, wait time.Duration, done func(error)) {
 	ts := (*m.states.Load())[tag]
 	if ts == nil {
 		done(fmt.Errorf("%w: monotonic: tag %q has no leader yet", wire.ErrUnavailable, tag))
 		return
 	}
-	if ts.term.Load() == nil {
-		m.forwardAsync(ts, dst, done)
+	if t := ts.term.Load(); t != nil && t.serving(m.now()) {
+		// This dispenser leads, and TryFill found no IDs in memory: wait for the segment
+		// on a goroutine of the Manager (rare: the sequence fetches ahead).
+		if !m.spawn(func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, min(wait, m.cfg.WaitMax))
+			defer cancel()
+			done(m.fillTerm(ctx, ts, t, dst))
+		}) {
+			done(errNotReady)
+		}
 		return
 	}
-	// This dispenser holds the lease, and TryFill found no IDs in memory: wait for the
-	// segment on a goroutine of the Manager (rare: the sequence fetches ahead).
-	if !m.spawn(func(ctx context.Context) { done(m.Fill(ctx, tag, dst)) }) {
+	if !m.enqueue(ts, &pending{dst: dst, done: done, deadline: m.now() + wait}) {
+		ts.forwardErrors.Add(1)
 		done(errNotReady)
 	}
 }
@@ -228,6 +323,11 @@ func (m *Manager) FillAsync(tag string, dst []int64, done func(error)) {
 func (m *Manager) spawn(f func(ctx context.Context)) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.spawnLocked(f)
+}
+
+// spawnLocked is spawn with mu held.
+func (m *Manager) spawnLocked(f func(ctx context.Context)) bool {
 	if m.runCtx == nil || m.stopping {
 		return false
 	}

@@ -3,6 +3,11 @@ package monotonic
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,15 +16,17 @@ import (
 
 	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/internal/kvbucket"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // watchPolicy is the back-off of a bucket watch that could not start or ended.
 var watchPolicy = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
-// Run watches the marks and the leases, runs one campaign per marked tag, and owns
-// every goroutine of the Manager. It returns nil when ctx ends, after every lease it
-// held was released (best effort: a lease it cannot release expires), and an error
-// only when called twice.
+// Run watches the marks and the leases, runs one campaign per monotonic tag, keeps
+// this dispenser's presence record, and owns every goroutine of the Manager. It returns
+// nil when ctx ends, after every lease it held was released (best effort: a lease it
+// cannot release expires), and an error when called twice or when Config.ServiceID
+// gives no instance ID.
 func (m *Manager) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	m.mu.Lock()
@@ -28,16 +35,31 @@ func (m *Manager) Run(ctx context.Context) error {
 		cancel()
 		return errors.New("monotonic: Manager.Run called twice")
 	}
+	m.instance = m.cfg.ServiceID()
+	if !validInstance(m.instance) {
+		m.mu.Unlock()
+		cancel()
+		return fmt.Errorf("monotonic: ServiceID gave %s, not a $SRV instance ID", wire.Quote(m.instance))
+	}
 	m.runCtx = ctx
 	m.mu.Unlock()
 	defer m.stop(cancel)
 
+	// The presence record comes before the marks are listed (presence.go says why).
+	if !m.firstPresence(ctx) {
+		return nil
+	}
+	m.spawn(m.presence)
 	// Campaigns start once both watches delivered what the buckets hold, so that no
-	// candidate acts on a view that misses a live lease.
+	// candidate acts on a view that misses a live lease or a mark.
 	var synced sync.WaitGroup
 	synced.Add(2)
-	m.spawn(func(ctx context.Context) { m.watch(ctx, m.leaders, m.leadersCfg, m.applyLease, synced.Done) })
-	m.spawn(func(ctx context.Context) { m.watch(ctx, m.opts, m.optsCfg, m.applyMark, synced.Done) })
+	m.spawn(func(ctx context.Context) {
+		m.watch(ctx, bucketWatch{kv: m.leaders, cfg: m.leadersCfg, apply: m.applyLease, resynced: m.leasesResynced}, synced.Done)
+	})
+	m.spawn(func(ctx context.Context) {
+		m.watch(ctx, bucketWatch{kv: m.opts, cfg: m.optsCfg, apply: m.applyMark, resynced: m.marksResynced, delivered: m.noteApplied}, synced.Done)
+	})
 	syncedCh := make(chan struct{})
 	m.spawn(func(ctx context.Context) {
 		synced.Wait() // both watches call Done once, or at their end
@@ -49,11 +71,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	m.mu.Lock()
-	m.reconcile(false)
+	m.reconcile()
 	m.mu.Unlock()
 	m.isReady.Store(true)
 	close(m.ready)
-	m.log.Info("monotonic: marks and leases loaded", "monotonic_tags", len(m.marks.Load().exact), "lease_ttl", m.cfg.LeaseTTL)
+	m.log.Info("monotonic: marks and leases loaded", "monotonic_tags", len(m.marks.Load().exact), "remembered", len(m.memory.all()), "lease_ttl", m.cfg.LeaseTTL)
 	<-ctx.Done()
 	return nil
 }
@@ -70,67 +92,105 @@ func (m *Manager) stop(cancel context.CancelFunc) {
 	m.states.Store(&empty)
 }
 
-// watch follows every key of kv, calling apply for each entry and synced once, when the
-// entries the bucket held at the start were delivered (or when the watch ends first). A
-// watch that ends (its connection closed, a server gone) starts again.
-func (m *Manager) watch(ctx context.Context, kv jetstream.KeyValue, cfg jetstream.KeyValueConfig, apply func(jetstream.KeyValueEntry), synced func()) {
+// bucketWatch is what watch follows: a bucket, how to create it again, and what to do
+// with what it delivers.
+type bucketWatch struct {
+	kv    jetstream.KeyValue
+	cfg   jetstream.KeyValueConfig
+	apply func(jetstream.KeyValueEntry)
+	// resynced is called after each initial listing (at the start, and after a watch
+	// that started again, on a bucket maybe created anew) with the keys it applied; the
+	// view's keys not among them are gone from the bucket.
+	resynced func(applied map[string]uint64)
+	// delivered, when set, is told floor after each initial listing (the bucket's
+	// last revision before the listing began: the view now holds every write up to it)
+	// and then the revision of each entry the watch delivers: the watch delivers in
+	// the stream's order, so the view holds every write up to that one too.
+	delivered func(rev uint64)
+}
+
+// watch follows every key of b.kv, calling b.apply for each entry and synced once, when
+// the entries the bucket held at the start were delivered (or when the watch ends
+// first). A watch that ends (its connection closed, a server gone) starts again.
+func (m *Manager) watch(ctx context.Context, b bucketWatch, synced func()) {
 	var once sync.Once
 	defer once.Do(synced)
 	bo := backoff.New(watchPolicy)
 	for ctx.Err() == nil {
-		// The keys the bucket holds, by the server's count: what the watch must have
-		// delivered before it counts as synced (kvbucket's doc says why).
-		want, err := kvbucket.Keys(ctx, m.cfg.JetStream, kv)
+		// The bucket's last revision, then the keys it holds by the server's count: what
+		// the watch must have delivered before it counts as synced (kvbucket's doc says
+		// why).
+		floor, created, err := m.streamState(ctx, b.kv)
+		var want map[string]struct{}
+		if err == nil {
+			want, err = kvbucket.Keys(ctx, m.cfg.JetStream, b.kv)
+		}
 		var w jetstream.KeyWatcher
 		if err == nil {
-			w, err = kv.WatchAll(ctx)
+			w, err = b.kv.WatchAll(ctx)
 		}
 		if bucketGone(err) {
 			// The bucket is gone (deleted, or a JetStream that lost its store): every
 			// write and watch would fail until a restart. Create it again, empty; the
 			// handles work again once it exists, and the leases are taken anew.
 			lost := "the leases are taken anew"
-			if cfg.Bucket == m.optsCfg.Bucket {
-				lost = "the monotonic marks it held are lost for the next start: set them again (dispenser tag update --tag T --monotonic)"
+			if b.cfg.Bucket == m.optsCfg.Bucket {
+				lost = "the monotonic marks every dispenser remembers are written back"
 			}
-			m.log.Warn("monotonic: KV bucket gone; creating it again, empty: "+lost, "bucket", cfg.Bucket, "err", err)
-			if _, err := kvbucket.Open(ctx, m.cfg.JetStream, cfg); err != nil {
-				m.log.Warn("monotonic: KV bucket not created again, retrying", "bucket", cfg.Bucket, "err", err)
+			m.log.Warn("monotonic: KV bucket gone; creating it again: "+lost, "bucket", b.cfg.Bucket, "err", err)
+			if _, err := kvbucket.Open(ctx, m.cfg.JetStream, b.cfg); err != nil {
+				m.log.Warn("monotonic: KV bucket not created again, retrying", "bucket", b.cfg.Bucket, "err", err)
 			}
 			bo.Wait(ctx)
 			continue
 		}
 		if err != nil {
 			if bo.Failures() == 0 {
-				m.log.Warn("monotonic: cannot watch a bucket, retrying", "bucket", kv.Bucket(), "err", err)
+				m.log.Warn("monotonic: cannot watch a bucket, retrying", "bucket", b.kv.Bucket(), "err", err)
 			}
 			bo.Wait(ctx)
 			continue
 		}
 		bo.Reset()
 		// A watch does not end when its bucket is deleted: it just goes quiet. A check
-		// beside it ends it then, and WatchAll above finds the bucket gone.
+		// beside it ends it then (or when another dispenser created the bucket again
+		// meanwhile), and WatchAll above finds the bucket gone, or watches the new one.
 		wctx, endWatch := context.WithCancel(ctx)
 		checked := make(chan struct{})
 		go func() {
 			defer close(checked)
-			m.untilBucketGone(wctx, kv)
+			m.untilBucketGone(wctx, b.kv, created)
 			endWatch()
 		}()
-		m.follow(wctx, kv, w, want, apply, func() { once.Do(synced) })
+		m.follow(wctx, b, w, want, floor, func() { once.Do(synced) })
 		endWatch()
 		<-checked
-		_ = w.Stop()
+		kvbucket.StopWatcher(w)
 		if ctx.Err() == nil {
-			m.log.Warn("monotonic: bucket watch ended, watching again", "bucket", kv.Bucket())
+			m.log.Warn("monotonic: bucket watch ended, watching again", "bucket", b.kv.Bucket())
 			bo.Wait(ctx)
 		}
 	}
 }
 
-// untilBucketGone returns once kv's bucket is gone (it reads the bucket's status every
-// renew interval), or ctx ends.
-func (m *Manager) untilBucketGone(ctx context.Context, kv jetstream.KeyValue) {
+// streamState is the last revision (stream sequence) written to kv's bucket, and when
+// its stream was created.
+func (m *Manager) streamState(ctx context.Context, kv jetstream.KeyValue) (uint64, time.Time, error) {
+	stream, err := m.cfg.JetStream.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return info.State.LastSeq, info.Created, nil
+}
+
+// untilBucketGone returns once kv's bucket is gone, or is another one than the bucket
+// created at created (deleted and created again), or ctx ends. It reads the bucket's
+// status every renew interval.
+func (m *Manager) untilBucketGone(ctx context.Context, kv jetstream.KeyValue, created time.Time) {
 	tick := time.NewTicker(m.cfg.RenewInterval)
 	defer tick.Stop()
 	for {
@@ -139,7 +199,11 @@ func (m *Manager) untilBucketGone(ctx context.Context, kv jetstream.KeyValue) {
 			return
 		case <-tick.C:
 		}
-		if _, err := kv.Status(ctx); bucketGone(err) {
+		st, err := kv.Status(ctx)
+		if bucketGone(err) {
+			return
+		}
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && err == nil && !bs.StreamInfo().Created.Equal(created) {
 			return
 		}
 	}
@@ -160,14 +224,14 @@ func bucketGone(err error) bool {
 // marker can come early (kvbucket), and campaigns must not start on a view that misses
 // a live lease or a mark. An entry older than one already applied for its key (the
 // watcher delivering late what a read found) is skipped.
-func (m *Manager) follow(ctx context.Context, kv jetstream.KeyValue, w jetstream.KeyWatcher, want map[string]struct{}, apply func(jetstream.KeyValueEntry), synced func()) {
+func (m *Manager) follow(ctx context.Context, b bucketWatch, w jetstream.KeyWatcher, want map[string]struct{}, floor uint64, synced func()) {
 	applied := make(map[string]uint64, len(want))
 	applyOnce := func(e jetstream.KeyValueEntry) {
 		if e.Revision() < applied[e.Key()] {
 			return
 		}
 		applied[e.Key()] = e.Revision()
-		apply(e)
+		b.apply(e)
 	}
 	initial := true
 	for {
@@ -178,17 +242,26 @@ func (m *Manager) follow(ctx context.Context, kv jetstream.KeyValue, w jetstream
 				return
 			case e == nil && initial:
 				initial = false
-				missing, err := kvbucket.FillIn(ctx, kv, want, func(key string) bool { _, ok := applied[key]; return ok })
+				missing, err := kvbucket.FillIn(ctx, b.kv, want, func(key string) bool { _, ok := applied[key]; return ok })
 				if err != nil {
-					m.log.Warn("monotonic: cannot read the keys a bucket watch left out, watching again", "bucket", kv.Bucket(), "err", err)
+					m.log.Warn("monotonic: cannot read the keys a bucket watch left out, watching again", "bucket", b.kv.Bucket(), "err", err)
 					return
 				}
 				for _, e := range missing {
 					applyOnce(e)
 				}
+				if b.resynced != nil {
+					b.resynced(applied)
+				}
+				if b.delivered != nil {
+					b.delivered(floor)
+				}
 				synced()
 			case e != nil:
 				applyOnce(e)
+				if !initial && b.delivered != nil {
+					b.delivered(e.Revision())
+				}
 			}
 		case <-ctx.Done():
 			return
@@ -196,57 +269,210 @@ func (m *Manager) follow(ctx context.Context, kv jetstream.KeyValue, w jetstream
 	}
 }
 
-// applyLease records a lease key's new revision and tells the tag's campaign.
+// applyLease records a lease key's new revision and tells the tag's campaign and its
+// waiting requests. A record that starts or stops saying someone leads changes which
+// tags are monotonic (a live record makes its tag monotonic, mark or not).
 func (m *Manager) applyLease(e jetstream.KeyValueEntry) {
+	if !leaseKey(e.Key()) {
+		return // a presence record
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev := m.holders[e.Key()]
 	if prev != nil && e.Revision() < prev.rev {
 		return // a watch that started again, behind what a read of the key found
 	}
-	h := holderOf(e, prev, m.now())
-	m.holders[e.Key()] = h
-	if ts := m.tags[e.Key()]; ts != nil {
+	m.setHolder(e.Key(), prev, holderOf(e, prev, m.now()))
+}
+
+// setHolder makes h the view of key's lease. Called with mu held.
+func (m *Manager) setHolder(key string, prev, h *holder) {
+	m.holders[key] = h
+	if ts := m.tags[key]; ts != nil {
 		ts.holder.Store(h)
+		ts.changed.fire()
 		poke(ts.poke)
 	}
+	if (prev != nil && prev.live()) != h.live() && m.isReady.Load() {
+		m.reconcile()
+	}
 }
 
-// applyMark records a tag's new mark and starts or stops its campaign.
-func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
-	on := e.Operation() == jetstream.KeyValuePut && decodeOptions(m.log, e.Key(), e.Value()).Monotonic
+// leasesResynced marks gone every lease of the view that a new listing of
+// <prefix>_leaders did not find (a bucket created again).
+func (m *Manager) leasesResynced(applied map[string]uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	marks := m.marks.Load()
-	if marks.exact[e.Key()] == on {
-		return
-	}
-	m.marks.Store(marks.with(e.Key(), on))
-	m.log.Info("monotonic: tag mark changed", "tag", e.Key(), "monotonic", on)
-	if m.isReady.Load() {
-		m.reconcile(true)
+	for key, prev := range m.holders {
+		if _, ok := applied[key]; !ok && !prev.gone {
+			m.setHolder(key, prev, &holder{rev: prev.rev, gone: true, seen: m.now()})
+		}
 	}
 }
 
-// reconcile starts a campaign for every marked tag without one and stops those of tags
-// no longer marked. Called with mu held; a stopped campaign ends on its own goroutine.
-// live says the marks changed while this dispenser watched, rather than being loaded at
-// its start: a tag marked now may still be served as an ordinary tag by a dispenser
-// whose watch lags, so its first leader here waits half a TTL before serving.
-func (m *Manager) reconcile(live bool) {
-	marks := m.marks.Load()
+// applyMark records a tag's new mark. A value {"monotonic":false} is an operator's
+// word that the tag is ordinary: this dispenser forgets it. A delete or a purge is not:
+// it is a loss, and a remembered tag's mark is written back.
+func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(m.optState, key)
+		delete(m.markRev, key)
+		if m.memory.has(key) && m.isReady.Load() {
+			m.spawnLocked(func(ctx context.Context) { m.writeBack(ctx, []string{key}) })
+		}
+	} else {
+		on := decodeOptions(m.log, key, e.Value()).Monotonic
+		old, had := m.optState[key]
+		if !had || old != on {
+			m.log.Info("monotonic: tag mark", "tag", key, "monotonic", on)
+		}
+		if on && !(had && old) && m.isReady.Load() && m.served(key) {
+			m.busy[key] = m.now() // listed in the presence record (presence.go)
+		}
+		m.optState[key] = on
+		m.markRev[key] = e.Revision()
+		if ts := m.tags[key]; ts != nil {
+			poke(ts.poke) // a leader of a tag marked ordinary gives its lease back
+		}
+		if !on && m.memory.has(key) {
+			m.spawnLocked(func(context.Context) {
+				if err := m.syncMemory(key); err != nil {
+					m.log.Warn("monotonic: cannot forget a tag marked ordinary; it stays monotonic here after a restart until the mark is read again", "tag", key, "err", err)
+				}
+			})
+		}
+	}
+	if m.isReady.Load() {
+		m.reconcile()
+	}
+}
+
+// marksResynced drops from the view the marks a new listing of <prefix>_tagopts did not
+// find (a bucket created again, empty), and writes back the mark of every remembered
+// tag that has no value there.
+func (m *Manager) marksResynced(applied map[string]uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key := range m.optState {
+		if _, ok := applied[key]; !ok {
+			delete(m.optState, key)
+			delete(m.markRev, key)
+		}
+	}
+	var lost []string
+	for tag := range m.memory.all() {
+		if _, ok := m.optState[tag]; !ok {
+			lost = append(lost, tag)
+		}
+	}
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		m.spawnLocked(func(ctx context.Context) { m.writeBack(ctx, lost) })
+	}
+	if m.isReady.Load() {
+		m.reconcile()
+	}
+}
+
+// served reports whether this dispenser took a segment of tag (it has a high-water mark
+// of it: Config.SegmentMarks), or of a name that is the same row of a store that folds
+// case; without marks, every tag counts as served.
+func (m *Manager) served(tag string) bool {
+	marks := m.cfg.SegmentMarks
+	switch {
+	case marks == nil:
+		return true
+	case marks.Mark(tag) > 0:
+		return true
+	case !m.cfg.FoldCase:
+		return false
+	}
+	for t := range marks.All() {
+		if strings.EqualFold(t, tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// marked reports whether name is marked monotonic: by its value in <prefix>_tagopts,
+// or, when it has none there, by this dispenser's memory. Called with mu held.
+func (m *Manager) marked(name string) bool {
+	on, ok := m.optState[name]
+	if ok {
+		return on
+	}
+	return m.memory.has(name)
+}
+
+// mayLead reports whether this dispenser may take name's lease: the tag is marked. A
+// tag monotonic only by a live lease record is followed, never led.
+func (m *Manager) mayLead(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.marked(name)
+}
+
+// syncMemory brings the memory's entry of name in line with its value in
+// <prefix>_tagopts (none: left as it is), durably, and returns once the file holds it.
+func (m *Manager) syncMemory(name string) error {
+	for {
+		m.mu.Lock()
+		want, ok := m.optState[name]
+		m.mu.Unlock()
+		if !ok {
+			return nil
+		}
+		if err := m.memory.set(name, want); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		again := m.optState[name] != want
+		m.mu.Unlock()
+		if !again {
+			return nil
+		}
+	}
+}
+
+// reconcile publishes the tags monotonic now (marked, or with a live lease record),
+// starts a campaign for each one without, and stops those of tags no longer monotonic.
+// Called with mu held; a stopped campaign ends on its own goroutine.
+func (m *Manager) reconcile() {
+	want := make(map[string]bool, len(m.tags)+1)
+	for name, on := range m.optState {
+		if on {
+			want[name] = true
+		}
+	}
+	for name := range m.memory.all() {
+		if _, ok := m.optState[name]; !ok {
+			want[name] = true
+		}
+	}
+	for name, h := range m.holders {
+		if h.live() && leaseKey(name) {
+			want[name] = true
+		}
+	}
 	changed := false
 	for name, ts := range m.tags {
-		if !marks.exact[name] {
+		if !want[name] {
 			ts.cancel()
 			delete(m.tags, name)
 			changed = true
 		}
 	}
-	for name := range marks.exact {
-		if m.tags[name] == nil && m.startCampaign(name, live) {
+	for name := range want {
+		if m.tags[name] == nil && m.startCampaign(name, m.isReady.Load()) {
 			changed = true
 		}
+	}
+	if !maps.Equal(m.marks.Load().exact, want) {
+		m.marks.Store(newMarkSet(m.cfg.FoldCase, want))
 	}
 	if changed {
 		next := make(map[string]*tagState, len(m.tags))
@@ -257,18 +483,20 @@ func (m *Manager) reconcile(live bool) {
 	}
 }
 
-// startCampaign makes the state of a newly marked tag and starts its campaign, once
+// startCampaign makes the state of a newly monotonic tag and starts its campaign, once
 // the campaign of any earlier state of the tag returned (so that its term is over).
-// Called with mu held.
-func (m *Manager) startCampaign(name string, settle bool) bool {
+// live says it became monotonic while this dispenser watched, rather than at its
+// start: then its terms settle first (tagState.settleUntil). Called with mu held.
+func (m *Manager) startCampaign(name string, live bool) bool {
 	if m.runCtx == nil || m.stopping {
 		return false
 	}
 	prev := m.ended[name]
 	ctx, cancel := context.WithCancel(m.runCtx)
-	ts := &tagState{name: name, poke: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
-	if settle {
-		ts.settleUntil = m.now() + m.cfg.LeaseTTL/2
+	ts := &tagState{name: name, poke: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	ts.answerWarned.Store(math.MinInt64 / 2)
+	if live {
+		ts.settleUntil, ts.settleRev = m.now()+m.cfg.LeaseTTL/2, m.markRev[name]
 	}
 	ts.holder.Store(m.holders[name])
 	m.tags[name] = ts

@@ -23,6 +23,7 @@ type sequence struct {
 	end     int64          // the current segment's exclusive end; next == end: spent
 	ahead   *segment.Range // fetched ahead, above the current segment
 	floor   int64          // the end of the last range installed: a new one must start there or above
+	last    int64          // the highest ID handed out; 0: none
 	closed  bool
 	err     error         // why the last load failed; nil after a success
 	changed chan struct{} // closed at each install, failure and close; made when someone waits
@@ -67,6 +68,7 @@ func (s *sequence) take(dst []int64, all bool) (n int, wait <-chan struct{}, err
 			dst[n+int(i)] = s.next + i
 		}
 		s.next += k
+		s.last = s.next - 1
 		n += int(k)
 	}
 	if n == len(dst) || all {
@@ -130,6 +132,13 @@ func (s *sequence) close() {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.signal()
+}
+
+// highest is the highest ID handed out, or 0.
+func (s *sequence) highest() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
 }
 
 // lastErr is why the last load failed, or nil.

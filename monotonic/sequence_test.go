@@ -141,11 +141,11 @@ func TestParseCounts(t *testing.T) {
 
 func TestMarkSetLookup(t *testing.T) {
 	// A store that tells cases apart (KV): "orders" is another tag, served as ordinary.
-	kv := (&markSet{}).with("Orders", true)
+	kv := newMarkSet(false, map[string]bool{"Orders": true})
 	if got, err := kv.lookup("orders"); got || err != nil {
 		t.Errorf("lookup(orders) beside monotonic Orders on a case-sensitive store = %v, %v; want an ordinary tag", got, err)
 	}
-	s := (&markSet{fold: true}).with("Orders", true).with("users", true).with("users", false)
+	s := newMarkSet(true, map[string]bool{"Orders": true, "users": false})
 	for _, tt := range []struct {
 		tag     string
 		want    bool

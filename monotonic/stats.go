@@ -13,7 +13,8 @@ import (
 type TagStats struct {
 	Tag string `json:"tag"`
 	// Role is "leader" (serving), "starting" (took the lease, waiting out the previous
-	// one), "follower" (another dispenser leads) or "none" (no leader known: 503).
+	// one), "follower" (another dispenser leads, verified) or "none" (no verified leader
+	// known: requests wait for one, RequestWait at most, then get 503).
 	Role          string `json:"role"`
 	Leader        string `json:"leader,omitempty"` // the node of the lease record
 	Terms         uint64 `json:"terms"`            // leases this dispenser took
@@ -23,6 +24,11 @@ type TagStats struct {
 	// ForwardMessages counts the forwarded messages that carried them: Forwarded over
 	// ForwardMessages is how many requests one round trip to the leader carried.
 	ForwardMessages uint64 `json:"forward_messages"`
+	// RefusedAnswers counts answers from the leader's inbox that were refused (not as
+	// many IDs as asked, not increasing, or not above what this dispenser had passed
+	// on); Unverified counts leader records whose instance did not answer $SRV.
+	RefusedAnswers uint64 `json:"refused_answers,omitempty"`
+	Unverified     uint64 `json:"unverified,omitempty"`
 }
 
 // Stats is a snapshot for the service's $SRV.STATS.
@@ -37,9 +43,10 @@ func (m *Manager) Stats() Stats {
 	s := Stats{Ready: m.isReady.Load(), Tags: []TagStats{}, RefusedReplies: m.refused.Load()}
 	now := m.now()
 	for _, ts := range *m.states.Load() {
-		st := TagStats{Tag: ts.name, Role: "none", Terms: ts.terms.Load(), Forwarded: ts.forwarded.Load(), ForwardErrors: ts.forwardErrors.Load(), ForwardMessages: ts.forwardMessages.Load()}
+		st := TagStats{Tag: ts.name, Role: "none", Terms: ts.terms.Load(), Forwarded: ts.forwarded.Load(), ForwardErrors: ts.forwardErrors.Load(), ForwardMessages: ts.forwardMessages.Load(),
+			RefusedAnswers: ts.refusedAnswers.Load(), Unverified: ts.unverified.Load()}
 		h := ts.holder.Load()
-		if !h.free() {
+		if h.live() {
 			st.Leader = h.rec.Node
 		}
 		switch t := ts.term.Load(); {
@@ -47,7 +54,7 @@ func (m *Manager) Stats() Stats {
 			st.Role, st.Served = "leader", t.served.Load()
 		case t != nil && now < t.startsAt():
 			st.Role = "starting"
-		case m.leaderKnown(h):
+		case m.verifiedLeader(ts, h):
 			st.Role = "follower"
 		}
 		s.Tags = append(s.Tags, st)

@@ -3,10 +3,14 @@ package monotonic
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -53,17 +57,15 @@ func (s *markSet) lookup(tag string) (bool, error) {
 	return false, nil
 }
 
-func (s *markSet) with(tag string, on bool) *markSet {
-	next := &markSet{fold: s.fold, exact: make(map[string]bool, len(s.exact)+1), folded: make(map[string]string, len(s.folded)+1)}
-	for t := range s.exact {
-		if t != tag {
-			next.add(t)
+// newMarkSet is the set of tags, with their lower-case names when fold.
+func newMarkSet(fold bool, tags map[string]bool) *markSet {
+	s := &markSet{fold: fold, exact: make(map[string]bool, len(tags)), folded: make(map[string]string)}
+	for t, on := range tags {
+		if on {
+			s.add(t)
 		}
 	}
-	if on {
-		next.add(tag)
-	}
-	return next
+	return s
 }
 
 func (s *markSet) add(tag string) {
@@ -86,6 +88,17 @@ func decodeOptions(logger *slog.Logger, key string, value []byte) tagOptions {
 
 // SetMonotonic marks tag monotonic or ordinary in <prefix>_tagopts; every dispenser
 // sees it through its watch. tag must be the name as the store keeps it.
+//
+// Marking a tag monotonic returns once every dispenser has taken the mark in (their
+// presence records say so; LeaseTTL/2 at most, presence.go): from then on none serves
+// it as an ordinary tag, and the promise holds for every request sent after this
+// returned. A tag that was not monotonic anywhere, and whose lease key holds nothing,
+// gets a released lease record first, so that its first leader serves at once: nobody
+// led it within the last two lease TTLs, so nobody can be serving it.
+//
+// Marking it ordinary ({"monotonic":false}) is the operator's word that every
+// dispenser forgets it (memory.go); its leader gives its lease back, and this returns
+// once this dispenser serves the tag as an ordinary tag (LeaseTTL/2 at most).
 func (m *Manager) SetMonotonic(ctx context.Context, tag string, on bool) error {
 	if err := segment.CheckTagName(tag); err != nil {
 		return err
@@ -94,16 +107,99 @@ func (m *Manager) SetMonotonic(ctx context.Context, tag string, on bool) error {
 	if err != nil {
 		return fmt.Errorf("monotonic: encode options of tag %q: %w", tag, err)
 	}
-	if _, err := m.opts.Put(ctx, tag, b); err != nil {
+	if on {
+		m.offerFirstLease(ctx, tag)
+	}
+	rev, err := m.opts.Put(ctx, tag, b)
+	if err != nil {
 		return fmt.Errorf("%w: monotonic: write the options of tag %q to %s: %w", wire.ErrUnavailable, tag, m.opts.Bucket(), err)
 	}
 	m.log.Info("monotonic: tag mark written", "tag", tag, "monotonic", on)
+	if on {
+		m.waitApplied(ctx, tag, rev)
+	} else {
+		m.waitOrdinary(ctx, tag)
+	}
 	return nil
 }
 
+// waitOrdinary waits, LeaseTTL/2 at most, until this dispenser serves tag as an ordinary
+// tag: it took the mark in and the tag's leader gave its lease back (a live lease keeps
+// a tag monotonic). The other dispensers follow within moments; a request one of them
+// took meanwhile is answered 503, to be asked again.
+func (m *Manager) waitOrdinary(ctx context.Context, tag string) {
+	if !m.isReady.Load() {
+		return
+	}
+	deadline := m.now() + m.cfg.LeaseTTL/2
+	for m.marks.Load().exact[tag] {
+		if m.now() >= deadline || !backoff.Sleep(ctx, ackPoll) {
+			m.log.Warn("monotonic: tag marked ordinary, but still monotonic here: its leader has not given its lease back yet", "tag", tag, "waited", m.cfg.LeaseTTL/2)
+			return
+		}
+	}
+}
+
+// offerFirstLease writes a released lease record for tag when it is not monotonic, by
+// its mark or in this dispenser's view (memory, a live lease), and its lease key holds
+// no message at all (a write with expected revision 0): whoever led the tag last wrote
+// its record more than two lease TTLs ago (the bucket keeps every record, release and
+// delete marker that long), so stopped serving long ago. Best effort: without it the
+// first leader's create is fenced, as for a lease record that vanished.
+func (m *Manager) offerFirstLease(ctx context.Context, tag string) {
+	if e, err := m.opts.Get(ctx, tag); err == nil && decodeOptions(m.log, tag, e.Value()).Monotonic {
+		return
+	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return
+	}
+	if mono, _ := m.marks.Load().lookup(tag); mono {
+		return
+	}
+	m.mu.Lock()
+	instance := m.instance // set when Run starts, which may be now
+	m.mu.Unlock()
+	rec, err := json.Marshal(leaseRecord{Node: m.cfg.NodeID, Instance: instance, TTLMs: m.cfg.LeaseTTL.Milliseconds(), Released: true})
+	if err != nil {
+		return
+	}
+	if _, err := m.leaders.Update(ctx, tag, rec, 0); err != nil {
+		m.log.Debug("monotonic: no first lease record written; the first leader's lease is fenced", "tag", tag, "err", err)
+	}
+}
+
+// writeBack writes the mark of each remembered tag of tags into <prefix>_tagopts, where
+// it has no value (the bucket was lost, or the key deleted or purged): create-only, so
+// that a value written meanwhile (an operator's, another dispenser's) wins.
+func (m *Manager) writeBack(ctx context.Context, tags []string) {
+	b, err := json.Marshal(tagOptions{Monotonic: true})
+	if err != nil {
+		return
+	}
+	var written []string
+	for _, tag := range tags {
+		callCtx, cancel := context.WithTimeout(ctx, 5*m.cfg.RenewInterval)
+		_, err := m.opts.Create(callCtx, tag, b)
+		cancel()
+		switch {
+		case err == nil:
+			written = append(written, tag)
+		case errors.Is(err, jetstream.ErrKeyExists):
+		case ctx.Err() == nil:
+			// The next listing (a watch that starts again) writes it back again.
+			m.log.Warn("monotonic: a remembered monotonic tag's mark not written back", "tag", tag, "err", err)
+		}
+	}
+	if len(written) > 0 {
+		m.log.Warn("monotonic: marks missing from the bucket written back from this dispenser's memory (to make a tag ordinary: dispenser tag update --tag T --monotonic=false)",
+			"bucket", m.opts.Bucket(), "tags", len(written), "first", written[:min(len(written), 20)])
+	}
+}
+
 // MonotonicTags reads every mark from <prefix>_tagopts (not this dispenser's view,
-// which may lag a write another dispenser just made): the tags marked monotonic. The
-// listing is complete (kvbucket.List): a marked tag is never left out.
+// which may lag a write another dispenser just made): the tags marked monotonic, and
+// the tags this dispenser remembers as monotonic that have no value there (a lost
+// bucket, before the marks are written back). The listing is complete
+// (kvbucket.List): a marked tag is never left out.
 func (m *Manager) MonotonicTags(ctx context.Context) (map[string]bool, error) {
 	entries, err := kvbucket.List(ctx, m.cfg.JetStream, m.opts)
 	if err != nil {
@@ -113,6 +209,11 @@ func (m *Manager) MonotonicTags(ctx context.Context) (map[string]bool, error) {
 	for key, e := range entries {
 		if decodeOptions(m.log, key, e.Value()).Monotonic {
 			out[key] = true
+		}
+	}
+	for tag := range m.memory.all() {
+		if _, ok := entries[tag]; !ok {
+			out[tag] = true
 		}
 	}
 	return out, nil

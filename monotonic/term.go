@@ -24,6 +24,9 @@ type term struct {
 	// largest value) until the lease write returned, while followers may already
 	// forward to the subject.
 	serveFrom atomic.Int64
+	// fenceFrom is when the lease rules let the term serve; serveFrom is later while
+	// the tag settles, and drops to fenceFrom (or now) once it settled early.
+	fenceFrom time.Duration
 	// validUntil is half a lease TTL after the send of the last renewal that succeeded.
 	// It only grows while the term lives, and drops to 0 when it ends; once the clock
 	// reached it, the term is over for good, whatever a late renewal says.
@@ -119,6 +122,10 @@ var loadPolicy = backoff.Policy{Min: 20 * time.Millisecond, Max: time.Second, Ji
 // while the lease was valid: then the store granted it before any later leader's first
 // segment, which is therefore above it.
 func (m *Manager) load(ctx context.Context, ts *tagState, t *term) {
+	if ts.settleUntil > t.fenceFrom && m.now() < ts.settleUntil && m.settledEarly(ctx, ts) {
+		t.serveFrom.Store(int64(max(t.fenceFrom, m.now())))
+		ts.changed.fire()
+	}
 	if !m.sleepUntil(ctx, t.startsAt()) {
 		return
 	}

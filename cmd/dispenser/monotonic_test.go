@@ -50,7 +50,7 @@ func TestMonotonicTagCLI(t *testing.T) {
 	for i := 0; i < 20; {
 		msg := request(t, nc, "leaf.segment.ordered", "3", nil)
 		if msg.Header.Get(wire.ServiceErrorCodeHeader) == "503" {
-			time.Sleep(20 * time.Millisecond) // the first leader waits half a lease
+			time.Sleep(20 * time.Millisecond) // a 503 while no leader serves yet (a request waits 2 s for one)
 			continue
 		}
 		ids := wantIDs(t, msg, 3, false)

@@ -1,0 +1,138 @@
+package monotonic
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestMemoryKeepsTags: a tag set is in the file when set returns, survives a reopen,
+// and leaves it when removed; leftover temp files of a crashed write are removed.
+func TestMemoryKeepsTags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "monotonic.tags")
+	m, err := openMemory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.all()) != 0 {
+		t.Fatalf("a new memory holds %v", m.all())
+	}
+	for _, tag := range []string{"orders", "payments", "Orders"} {
+		if err := m.set(tag, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.set("payments", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+memoryTempSuffix+"123", []byte("half a write"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again, err := openMemory(path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if want := map[string]bool{"orders": true, "Orders": true}; !maps.Equal(again.all(), want) {
+		t.Fatalf("after a reopen the memory holds %v, want %v", again.all(), want)
+	}
+	if _, err := os.Stat(path + memoryTempSuffix + "123"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("leftover temp file still there after open: %v", err)
+	}
+}
+
+// TestMemoryCorrupt: a file that does not read back whole is refused, never taken as
+// an empty memory (that would serve a remembered tag as an ordinary one).
+func TestMemoryCorrupt(t *testing.T) {
+	good := string(encodeMemory(map[string]bool{"orders": true}))
+	for _, tt := range []struct {
+		name, content string
+	}{
+		{"ErrEmpty", ""},
+		{"ErrCutShort", good[:len(good)-3]},
+		{"ErrFlippedByte", strings.Replace(good, "orders", "ordert", 1)},
+		{"ErrNoHeader", "orders\n"},
+		{"ErrBadTag", fixSum("leafbus monotonic tags v1\nor ders\n")},
+		{"ErrTwice", fixSum("leafbus monotonic tags v1\norders\norders\n")},
+		{"ErrOtherFile", "leafbus segment high-water marks v1\ncrc32 00000000\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "monotonic.tags")
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := openMemory(path)
+			if !errors.Is(err, ErrCorruptMemory) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("openMemory(%q) = %v; want ErrCorruptMemory naming the file", tt.content, err)
+			}
+		})
+	}
+	t.Run("OK", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "monotonic.tags")
+		if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := openMemory(path); err != nil || !m.has("orders") {
+			t.Fatalf("openMemory(good file) = %v; want orders remembered", err)
+		}
+	})
+}
+
+// fixSum appends the checksum line to body, so that a test row can hold a file whose
+// only fault is its content.
+func fixSum(body string) string {
+	b := []byte(body)
+	return string(b) + fmt.Sprintf("%s%08x\n", memorySumPrefix, crc32.ChecksumIEEE(b))
+}
+
+// TestMemoryGroupCommit: many tags set at once cost far fewer file writes than tags,
+// and every one of them is in the file once its set returned.
+func TestMemoryGroupCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "monotonic.tags")
+	m, err := openMemory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.set(fmt.Sprintf("t%03d", i), true); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	again, err := openMemory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(again.all()); got != n {
+		t.Fatalf("file holds %d tags after %d sets returned", got, n)
+	}
+	m.mu.Lock()
+	writes := m.writes
+	m.mu.Unlock()
+	t.Logf("%d tags in %d file writes", n, writes)
+	if writes >= n {
+		t.Fatalf("%d writes for %d tags: no group commit", writes, n)
+	}
+}
+
+// TestMemoryUnwritable: a file that cannot be written fails at open, not at the first
+// monotonic tag.
+func TestMemoryUnwritable(t *testing.T) {
+	if _, err := openMemory(filepath.Join(t.TempDir(), "missing", "monotonic.tags")); err == nil {
+		t.Fatal("openMemory in a dir that does not exist succeeded")
+	}
+	if _, err := openMemory(""); err == nil {
+		t.Fatal("openMemory without a path succeeded")
+	}
+}
