@@ -117,7 +117,14 @@ type KVRegistry struct {
 	workers jetstream.KeyValue
 }
 
-var _ Registry = (*KVRegistry)(nil)
+var (
+	_ Registry   = (*KVRegistry)(nil)
+	_ Identifier = (*KVRegistry)(nil)
+)
+
+// Identity is "kv <leases bucket>" ("kv leaf_leases"): the bucket that decides who holds
+// which worker ID.
+func (r *KVRegistry) Identity() string { return "kv " + r.leases.Bucket() }
 
 // OpenKVRegistry validates cfg and opens (creating when missing) the two buckets. It fails
 // with ErrInvalidConfig when the leases bucket exists with a different TTL.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -141,6 +142,7 @@ type MySQLRegistry struct {
 	db       *sql.DB
 	ip, port string
 	lockName string
+	identity string // Identity(): the server's own name for itself, asked at open
 
 	mu        sync.Mutex
 	leases    map[*mysqlLease]struct{} // open leases, whose lock connections Close ends
@@ -148,7 +150,15 @@ type MySQLRegistry struct {
 	closeOnce sync.Once
 }
 
-var _ Registry = (*MySQLRegistry)(nil)
+var (
+	_ Registry   = (*MySQLRegistry)(nil)
+	_ Identifier = (*MySQLRegistry)(nil)
+)
+
+// Identity is "mysql <host>:<port>/<schema>.leaf_workerid_alloc", with the host name
+// and port the server reports (@@hostname, @@port) and the DSN's schema: one server
+// reached under two names (a DNS alias, an IP) is one registry.
+func (r *MySQLRegistry) Identity() string { return r.identity }
 
 // OpenMySQLRegistry validates cfg, connects (failing when MySQL cannot be reached before
 // ctx ends), creates the table with cfg.CreateTable, and checks that the table exists.
@@ -188,13 +198,15 @@ func errBadDSN(component string) error {
 
 // prepare checks the connection and the table, and names the identity lock.
 func (r *MySQLRegistry) prepare(ctx context.Context) error {
-	var dbName sql.NullString
-	if err := r.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&dbName); err != nil {
+	var dbName, host sql.NullString
+	var port sql.NullInt64
+	if err := r.db.QueryRowContext(ctx, "SELECT DATABASE(), @@hostname, @@port").Scan(&dbName, &host, &port); err != nil {
 		return fmt.Errorf("MySQL registry: connect: %w", err)
 	}
 	if !dbName.Valid || dbName.String == "" {
 		return fmt.Errorf("%w: MySQL registry: the DSN names no database (want user:pass@tcp(host:port)/database)", ErrInvalidConfig)
 	}
+	r.identity = fmt.Sprintf("mysql %s/%s.leaf_workerid_alloc", net.JoinHostPort(host.String, strconv.FormatInt(port.Int64, 10)), dbName.String)
 	r.lockName = identityLockName(dbName.String, r.cfg.Advertise)
 	if r.cfg.CreateTable {
 		if _, err := r.db.ExecContext(ctx, r.schema()); err != nil {

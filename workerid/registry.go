@@ -17,6 +17,17 @@ type Registry interface {
 	Acquire(ctx context.Context) (Lease, error)
 }
 
+// Identifier is implemented by every Registry: which registry it is (kind and which one), so
+// a worker ID is only ever trusted by the registry that issued it, and a deployment can check
+// that its dispensers share one registry.
+//
+// The forms: "static"; "kv <leases bucket>" ("kv leaf_leases"); "zk <path>"
+// ("zk /snowflake/leafbus"), with " (recycle)" appended in recycle mode, whose worker IDs
+// live elsewhere under that path; "mysql <host>:<port>/<schema>.leaf_workerid_alloc" with
+// the host name and port the server reports (@@hostname, @@port), not the DSN's, which
+// differs between aliases of one server.
+type Identifier interface{ Identity() string }
+
 // Lease is a worker ID held by this node.
 //
 // What the clock guard relies on (Heartbeat raises the generator's ceiling to

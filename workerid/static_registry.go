@@ -14,7 +14,10 @@ type StaticRegistry struct {
 	workerID int64
 }
 
-var _ Registry = (*StaticRegistry)(nil)
+var (
+	_ Registry   = (*StaticRegistry)(nil)
+	_ Identifier = (*StaticRegistry)(nil)
+)
 
 // NewStaticRegistry returns a registry that always hands out workerID, which must be in
 // 0..maxWorkerID (the layout's bound, 1023 by default). Errors wrap ErrInvalidConfig.
@@ -41,6 +44,9 @@ func NewStaticRegistryInRange(workerID int64, rng Range) (*StaticRegistry, error
 	}
 	return &StaticRegistry{workerID: workerID}, nil
 }
+
+// Identity is "static": every static registry hands out what its operator said.
+func (r *StaticRegistry) Identity() string { return "static" }
 
 // Acquire returns the configured ID at once.
 func (r *StaticRegistry) Acquire(ctx context.Context) (Lease, error) {

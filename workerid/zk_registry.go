@@ -137,7 +137,19 @@ type ZKRegistry struct {
 	stateCh chan struct{} // closed and replaced whenever the session state changes
 }
 
-var _ Registry = (*ZKRegistry)(nil)
+var (
+	_ Registry   = (*ZKRegistry)(nil)
+	_ Identifier = (*ZKRegistry)(nil)
+)
+
+// Identity is "zk /snowflake/<name>" in Leaf's layout, and "zk /snowflake/<name>
+// (recycle)" in recycle mode, whose worker IDs are other nodes under the same path.
+func (r *ZKRegistry) Identity() string {
+	if r.cfg.Recycle {
+		return "zk " + r.base() + " (recycle)"
+	}
+	return "zk " + r.base()
+}
 
 // zkLogger sends go-zk's logs to slog at debug level and notes the session timeout the
 // server granted.
