@@ -22,14 +22,22 @@ type CacheFile struct {
 // token this node puts in its ZooKeeper alive node (Leaf's layout): a restart that finds
 // the alive node of an earlier session holding the token of its own cache file knows
 // that session was this node's, and takes the node over instead of waiting for the
-// session to expire (zk_leaf.go).
+// session to expire (zk_leaf.go). Registry is the Identity of the registry that issued
+// WorkerID: a registry starts from the entry only when it is the same one (ZooKeeper
+// unreachable at start); "" in files of versions that did not record it.
 type CacheEntry struct {
 	NodeID    string `json:"node_id"`
 	WorkerID  int64  `json:"worker_id"`
 	Timestamp int64  `json:"timestamp"`
 	Ceiling   int64  `json:"ceiling,omitempty"`
 	Owner     string `json:"owner,omitempty"`
+	Registry  string `json:"registry,omitempty"`
 }
+
+// ErrCacheOtherRegistry is returned when a registry would start from a cache file entry
+// (its backend unreachable) that another registry issued, or that does not say which
+// registry issued it: that worker ID may be someone else's in this registry.
+var ErrCacheOtherRegistry = errors.New("the cache file's worker ID may not be this registry's")
 
 // Load reads the file. A missing file is an error wrapping ErrNoRecord; a file that
 // cannot be read or parsed is any other error (it may have hidden a higher record, so

@@ -66,6 +66,9 @@ type HeartbeatConfig struct {
 	// Forever and Cache are where this node's record goes; either may be nil.
 	Forever *Forever
 	Cache   *CacheFile
+	// Registry is the Identity of the registry that issued Lease, recorded in the cache
+	// file so that no other registry ever starts from it (CacheEntry.Registry).
+	Registry string
 	// Clock is the generator's clock (snowflake.SystemClock()).
 	Clock snowflake.Clock
 	// Interval between beats (3 s) and BorrowMax (1 s): the ceiling is record + Interval
@@ -324,7 +327,7 @@ func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, errs *[]err
 		cancel()
 	}
 	if c := h.cfg.Cache; c != nil {
-		e := CacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease)}
+		e := CacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease), Registry: h.cfg.Registry}
 		if err := c.Save(e); err != nil {
 			*errs = append(*errs, err)
 		}

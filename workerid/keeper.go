@@ -30,7 +30,7 @@ type KeeperConfig struct {
 	// (a Guard is built from it for each). Its NodeID is required.
 	Guard GuardConfig
 	// Heartbeat is the heartbeat's configuration for every worker ID this node takes;
-	// the Keeper fills in Lease and Generator.
+	// the Keeper fills in Lease, Generator and Registry (the Identity of Registry).
 	Heartbeat HeartbeatConfig
 	// Peers is the peers' worker-ID range check run beside the heartbeat; a nil Conn
 	// turns it off.
@@ -169,6 +169,9 @@ func (k *Keeper) newHeartbeat(lease Lease) (*Heartbeat, error) {
 	cfg := k.cfg.Heartbeat
 	cfg.Lease = lease
 	cfg.Generator = k.generator()
+	if id, ok := k.cfg.Registry.(Identifier); ok {
+		cfg.Registry = id.Identity()
+	}
 	return NewHeartbeat(cfg)
 }
 

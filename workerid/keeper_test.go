@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -95,7 +96,12 @@ func TestKeeperRejoin(t *testing.T) {
 	env := startJS(t)
 	f := openForever(t, env.js)
 	reg := openKVRegistry(t, env.js, kvConfig("n1", kvMaxWorkerID(3)))
-	k, gen := startKeeper(t, keeperConfig(t, "n1", reg, f, nil))
+	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "cache.json")}
+	k, gen := startKeeper(t, keeperConfig(t, "n1", reg, f, func(c *KeeperConfig) { c.Heartbeat.Cache = cache }))
+	// The cache file says which registry issued the worker ID (issue 21).
+	if e, err := cache.Load(); err != nil || e.WorkerID != 0 || e.Registry != "kv leaf_leases" {
+		t.Fatalf("cache file after the first beat: %+v, %v; want worker ID 0 from registry %q", e, err, "kv leaf_leases")
+	}
 	if k.WorkerID() != 0 || gen.WorkerID() != 0 {
 		t.Fatalf("worker ID %d (generator %d), want 0, the lowest free", k.WorkerID(), gen.WorkerID())
 	}
