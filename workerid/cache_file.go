@@ -24,7 +24,10 @@ type CacheFile struct {
 // that session was this node's, and takes the node over instead of waiting for the
 // session to expire (zk_leaf.go). Registry is the Identity of the registry that issued
 // WorkerID: a registry starts from the entry only when it is the same one (ZooKeeper
-// unreachable at start); "" in files of versions that did not record it.
+// unreachable at start); "" in files of versions that did not record it. Instance is the
+// token of the run that wrote the entry, the one in its worker ID's record (fence.go): a
+// restart of this data dir takes that record over at once, since the run that wrote it
+// has ended.
 type CacheEntry struct {
 	NodeID    string `json:"node_id"`
 	WorkerID  int64  `json:"worker_id"`
@@ -32,6 +35,7 @@ type CacheEntry struct {
 	Ceiling   int64  `json:"ceiling,omitempty"`
 	Owner     string `json:"owner,omitempty"`
 	Registry  string `json:"registry,omitempty"`
+	Instance  string `json:"instance,omitempty"`
 }
 
 // ErrCacheOtherRegistry is returned when a registry would start from a cache file entry

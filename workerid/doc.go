@@ -18,7 +18,12 @@
 //   - a lease that changes under its holder (its KV key or ZooKeeper node deleted or
 //     rewritten by someone else) stops the holder within milliseconds, through a watch
 //     on it, not at the next renewal; while the watch cannot see the lease, the holder
-//     does not issue.
+//     does not issue;
+//   - whatever the registry, one worker ID has one live holder: the worker ID's record
+//     in the forever bucket is a fence written with compare-and-set (fence.go), so two
+//     dispensers given one worker ID by two registries never both serve with it;
+//   - a worker ID is trusted only by the registry that issued it (Identifier): the
+//     cache file says which one did.
 //
 // The pieces: Registry/Lease/LeaseWatcher (registry.go) with the static, JetStream KV,
 // ZooKeeper and MySQL implementations, Forever (the <prefix>_forever bucket),

@@ -2,6 +2,7 @@ package workerid
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,14 @@ type KeeperConfig struct {
 	// Peers is the peers' worker-ID range check run beside the heartbeat; a nil Conn
 	// turns it off.
 	Peers PeersConfig
+	// StaleAfter is how long another run's record of a worker ID may go unrewritten
+	// before its writer counts as gone and this node may take the worker ID over
+	// (fence.go): 0 is DefaultStaleRecords record intervals (Heartbeat.Interval). A
+	// record rewritten within it is a live holder's, and this node refuses the worker
+	// ID. The fence needs Heartbeat.Forever; without it there is none. Heartbeat.Cache,
+	// when set, must be this process's alone (the dispenser locks its data dir): the
+	// record of the run it names is taken over at once.
+	StaleAfter time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -48,6 +57,9 @@ func (c KeeperConfig) Validate() error {
 	}
 	if err := CheckNodeID(c.Guard.NodeID); err != nil {
 		return fmt.Errorf("%s: Guard.NodeID: %w", component, err)
+	}
+	if c.StaleAfter < 0 {
+		return invalid(component, "StaleAfter is %s, want >= 0 (0: %d record intervals)", c.StaleAfter, DefaultStaleRecords)
 	}
 	if c.Heartbeat.StopTimeout <= 0 {
 		return invalid(component, "Heartbeat.StopTimeout is %s, want > 0: it also bounds giving back a worker ID not kept", c.Heartbeat.StopTimeout)
@@ -72,16 +84,23 @@ var rejoinRetry = backoff.Policy{Min: 250 * time.Millisecond, Max: 5 * time.Seco
 // clock is behind the new ID's records, or another process runs under this node's
 // identity.
 //
+// Whatever the registry, it also fences the worker ID (fence.go): before serving with
+// it, it claims the worker ID's record in the forever bucket, refusing the ID when
+// another live dispenser holds it (ErrWorkerIDInUse), and the heartbeat writes that
+// record with a compare-and-set, so that a write by anyone else stops this node at once.
+//
 // Acquire, CheckClock and Start run once each, in this order, before Run; Release gives
 // the worker ID back when Run never ran (a failed start). The other methods are safe
 // for concurrent use.
 type Keeper struct {
-	cfg   KeeperConfig
-	log   *slog.Logger
-	peers *peerRanges
+	cfg      KeeperConfig
+	log      *slog.Logger
+	peers    *peerRanges
+	instance string // this run's token in its worker records (fence.go)
 
 	mu       sync.Mutex
 	lease    Lease
+	fence    *workerFence // the lease's worker record; nil without a forever bucket
 	floor    int64
 	gen      Rebinder
 	hb       *Heartbeat
@@ -99,7 +118,7 @@ func NewKeeper(cfg KeeperConfig) (*Keeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	k := &Keeper{cfg: cfg, log: cfg.Logger}
+	k := &Keeper{cfg: cfg, log: cfg.Logger, instance: rand.Text()}
 	k.peers = newPeerRanges(cfg.Peers, cfg.Guard.NodeID, k.currentWorkerID, cfg.Logger.With("component", "peer-ranges"))
 	return k, nil
 }
@@ -117,31 +136,69 @@ func (k *Keeper) Acquire(ctx context.Context) error {
 	return nil
 }
 
-// CheckClock decides whether this node's clock may be trusted with the acquired worker
-// ID (Guard.Start): it refuses a clock behind the records, checks a first start against
-// the peers, and waits past the floor, which it returns: the generator must issue only
-// above it.
+// CheckClock claims the worker ID's record (fence.go: it refuses an ID another live
+// dispenser holds, with an error wrapping ErrWorkerIDInUse, and may wait a few record
+// intervals to see whether the record's writer is alive) and decides whether this node's
+// clock may be trusted with it (Guard.Start): it refuses a clock behind the records,
+// checks a first start against the peers, and waits past the floor, which it returns:
+// the generator must issue only above it.
 func (k *Keeper) CheckClock(ctx context.Context) (floor int64, err error) {
 	lease := k.Lease()
 	if lease == nil {
 		return 0, errors.New("worker keeper: CheckClock before Acquire")
 	}
-	guard, err := NewGuard(k.cfg.Guard)
+	fence, floor, err := k.claimAndGuard(ctx, lease)
 	if err != nil {
 		return 0, err
 	}
-	if floor, err = guard.Start(ctx, lease); err != nil {
-		return 0, fmt.Errorf("clock check: %w", err)
-	}
 	k.mu.Lock()
-	k.floor = floor
+	k.fence, k.floor = fence, floor
 	k.mu.Unlock()
 	return floor, nil
 }
 
+// claimAndGuard claims lease's worker record and then runs the clock guard, which reads
+// the record claimed: the heartbeat's first write, a compare-and-set on the claimed
+// revision, fails if anyone wrote it in between.
+func (k *Keeper) claimAndGuard(ctx context.Context, lease Lease) (*workerFence, int64, error) {
+	fence, err := k.claim(ctx, lease.WorkerID())
+	if err != nil {
+		return nil, 0, err // it names the worker ID
+	}
+	guard, err := NewGuard(k.cfg.Guard)
+	if err != nil {
+		return nil, 0, err
+	}
+	floor, err := guard.Start(ctx, lease)
+	if err != nil {
+		return nil, 0, fmt.Errorf("clock check for worker ID %d: %w", lease.WorkerID(), err)
+	}
+	return fence, floor, nil
+}
+
+// claim claims worker ID id's record; nil without a forever bucket.
+func (k *Keeper) claim(ctx context.Context, id int64) (*workerFence, error) {
+	hb := k.cfg.Heartbeat
+	if hb.Forever == nil {
+		return nil, nil
+	}
+	stale := k.cfg.StaleAfter
+	if stale == 0 {
+		stale = DefaultStaleRecords * hb.Interval
+	}
+	c := claimer{
+		forever: hb.Forever, nodeID: hb.NodeID, instance: k.instance, cache: hb.Cache,
+		staleAfter: stale, poll: min(max(hb.Interval/4, 10*time.Millisecond), 250*time.Millisecond),
+		log: k.log,
+	}
+	return c.claim(ctx, id)
+}
+
 // Start builds the heartbeat of the worker ID on gen (built with WorkerID and the floor
 // CheckClock returned) and writes its first record before serving, so the generator has
-// a ceiling.
+// a ceiling. When someone wrote the worker ID's record since CheckClock claimed it, it
+// claims it again, as CheckClock does (refusing with an error wrapping ErrWorkerIDInUse
+// when a live dispenser holds it), and moves gen past the new floor.
 func (k *Keeper) Start(ctx context.Context, gen Rebinder) error {
 	lease := k.Lease()
 	if lease == nil {
@@ -149,25 +206,57 @@ func (k *Keeper) Start(ctx context.Context, gen Rebinder) error {
 	}
 	k.mu.Lock()
 	k.gen = gen
+	fence := k.fence
 	k.mu.Unlock()
-	hb, err := k.newHeartbeat(lease)
+	hb, fence, floor, err := k.firstBeat(ctx, lease, fence, gen)
 	if err != nil {
 		return err
 	}
 	k.mu.Lock()
-	k.hb = hb
-	k.mu.Unlock()
-	if err := hb.Beat(ctx); err != nil {
-		return fmt.Errorf("first heartbeat: %w", err)
+	k.hb, k.fence = hb, fence
+	if floor > 0 {
+		k.floor = floor
 	}
+	k.mu.Unlock()
 	return nil
 }
 
-// newHeartbeat builds the heartbeat of lease, which suspends the generator until its
-// first record is written.
-func (k *Keeper) newHeartbeat(lease Lease) (*Heartbeat, error) {
+// firstBeat starts the heartbeat of lease on gen with a first beat. The first write of a
+// claimed record may find it rewritten since the claim: by a live holder (two dispensers
+// racing to start on one worker ID), or by a holder that was only paused, writing once
+// more before it finds its lease lost and releases the record. Telling these apart takes
+// watching the record, so it claims the record again (which watches it when it must),
+// checks the clock again and moves gen past the new floor (0 when it did not).
+func (k *Keeper) firstBeat(ctx context.Context, lease Lease, fence *workerFence, gen Rebinder) (*Heartbeat, *workerFence, int64, error) {
+	var floor int64
+	for attempt := 1; ; attempt++ {
+		hb, err := k.newHeartbeat(lease, fence) // suspends the generator until its first record
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		err = hb.Beat(ctx)
+		if err == nil {
+			return hb, fence, floor, nil
+		}
+		if attempt >= 3 || !isFenceLost(err) {
+			return nil, nil, 0, fmt.Errorf("first heartbeat of worker ID %d: %w", lease.WorkerID(), err)
+		}
+		k.log.Warn("the worker ID's record was written by another run since this node claimed it; claiming it again", "worker_id", lease.WorkerID(), "err", err)
+		if fence, floor, err = k.claimAndGuard(ctx, lease); err != nil {
+			return nil, nil, 0, err
+		}
+		if err := gen.Rebind(lease.WorkerID(), floor); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+}
+
+// newHeartbeat builds the heartbeat of lease, writing its worker record through fence,
+// which suspends the generator until its first record is written.
+func (k *Keeper) newHeartbeat(lease Lease, fence *workerFence) (*Heartbeat, error) {
 	cfg := k.cfg.Heartbeat
 	cfg.Lease = lease
+	cfg.fence = fence
 	cfg.Generator = k.generator()
 	if id, ok := k.cfg.Registry.(Identifier); ok {
 		cfg.Registry = id.Identity()
@@ -210,9 +299,6 @@ func (k *Keeper) currentWorkerID() int64 {
 	}
 	return k.WorkerID()
 }
-
-// Beat runs one beat of the current heartbeat.
-func (k *Keeper) Beat(ctx context.Context) error { return k.heartbeat().Beat(ctx) }
 
 // Stats is the current heartbeat's: while a new worker ID is being taken, the lost one's
 // (lease lost, generator suspended). Before Start it is empty.
@@ -289,9 +375,19 @@ func (k *Keeper) rejoin(ctx context.Context, lost error) error {
 	old := k.WorkerID()
 	k.mu.Lock()
 	k.lostAt, k.lastLoss = time.Now(), lost.Error()
+	fence := k.fence
 	k.mu.Unlock()
 	log.Error("worker ID lost: snowflake IDs suspended while a new worker ID is taken (segment IDs are still served)",
 		"worker_id", old, "err", lost)
+	if fence != nil && !isFenceLost(lost) {
+		// Lost otherwise (its lease): say so in its record, which is still this run's,
+		// so that its next holder need not wait to see this one gone.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.Heartbeat.StopTimeout)
+		if err := fence.release(rctx); err != nil {
+			log.Warn("could not mark the lost worker ID's record released; its next holder waits to see it unwritten", "worker_id", old, "err", err)
+		}
+		cancel()
+	}
 	retry := backoff.New(rejoinRetry)
 	for {
 		err := k.takeNext(ctx)
@@ -329,7 +425,7 @@ func (k *Keeper) takeNext(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("acquire a worker ID: %w", err)
 	}
-	hb, err := k.resumeWith(ctx, lease)
+	hb, fence, err := k.resumeWith(ctx, lease)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.Heartbeat.StopTimeout)
 		defer cancel()
@@ -339,47 +435,42 @@ func (k *Keeper) takeNext(ctx context.Context) error {
 		return err
 	}
 	k.mu.Lock()
-	k.lease, k.hb = lease, hb
+	k.lease, k.hb, k.fence = lease, hb, fence
 	k.mu.Unlock()
 	return nil
 }
 
-// resumeWith runs the clock guard for lease, rebinds the suspended generator to it and
-// starts its heartbeat with a first beat.
-func (k *Keeper) resumeWith(ctx context.Context, lease Lease) (*Heartbeat, error) {
-	guard, err := NewGuard(k.cfg.Guard)
+// resumeWith claims lease's worker record, runs the clock guard for it, rebinds the
+// suspended generator to it and starts its heartbeat with a first beat.
+func (k *Keeper) resumeWith(ctx context.Context, lease Lease) (*Heartbeat, *workerFence, error) {
+	fence, floor, err := k.claimAndGuard(ctx, lease)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	floor, err := guard.Start(ctx, lease)
+	gen := k.generator()
+	if err := gen.Rebind(lease.WorkerID(), floor); err != nil {
+		return nil, nil, err
+	}
+	hb, fence, again, err := k.firstBeat(ctx, lease, fence, gen)
 	if err != nil {
-		return nil, fmt.Errorf("clock check for worker ID %d: %w", lease.WorkerID(), err)
-	}
-	hb, err := k.newHeartbeat(lease) // suspends the generator until its first record
-	if err != nil {
-		return nil, err
-	}
-	if err := k.generator().Rebind(lease.WorkerID(), floor); err != nil {
-		return nil, err
-	}
-	if err := hb.Beat(ctx); err != nil {
-		return nil, fmt.Errorf("first heartbeat of worker ID %d: %w", lease.WorkerID(), err)
+		return nil, nil, err
 	}
 	k.mu.Lock()
-	k.floor = floor
+	k.floor = max(floor, again)
 	k.mu.Unlock()
-	return hb, nil
+	return hb, fence, nil
 }
 
 // Release gives the worker ID back when Run has not (Run's clean stop does): after a
 // failed start, or when Run never ran. It records the highest timestamp issued, if any
 // (a service may serve before Run): the generator is suspended first, so that stays the
 // highest, and a generator that issued nothing reports its floor, which is no timestamp
-// it used. With nothing issued the record stays the registry's own. Without a worker ID
-// it does nothing.
+// it used. With nothing issued the record stays the registry's own. The worker ID's
+// record in the forever bucket is marked released, so that the next holder need not wait
+// to see it unwritten. Without a worker ID it does nothing.
 func (k *Keeper) Release(ctx context.Context) error {
 	k.mu.Lock()
-	ran, lease, gen, floor := k.ran, k.lease, k.gen, k.floor
+	ran, lease, gen, floor, fence := k.ran, k.lease, k.gen, k.floor, k.fence
 	k.mu.Unlock()
 	if ran || lease == nil {
 		return nil // the heartbeat released it with its final record, or lost it
@@ -391,10 +482,17 @@ func (k *Keeper) Release(ctx context.Context) error {
 			ts = max(ts, issued)
 		}
 	}
+	var errs []error
 	if err := lease.Release(ctx, ts); err != nil {
-		return fmt.Errorf("worker ID %d: %w", lease.WorkerID(), err)
+		errs = append(errs, fmt.Errorf("worker ID %d: %w", lease.WorkerID(), err))
 	}
-	return nil
+	// The record keeps the ceiling the last beat allowed, which covers what was issued.
+	if fence != nil {
+		if err := fence.release(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("mark worker ID %d's record released: %w", lease.WorkerID(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // IsRefusal reports whether err (from Acquire, the clock guard or a heartbeat) says going
@@ -406,6 +504,7 @@ func IsRefusal(err error) bool {
 		ErrClockBehindRecord, ErrPeerSkew,
 		ErrZKAddressInUse, ErrIdentityInUse,
 		ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange,
+		ErrWorkerIDInUse,
 		context.Canceled,
 	} {
 		if errors.Is(err, refusal) {

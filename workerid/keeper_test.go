@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,5 +292,211 @@ func TestKeeperConfigValidate(t *testing.T) {
 			_, err := NewKeeper(cfg)
 			testutil.CheckErr(t, "NewKeeper", err, tt.wantErr, tt.wantMsg)
 		})
+	}
+}
+
+// staticKeeperConfig is node's Keeper configuration with the static registry's worker
+// ID id on f, its cache file at cache ("" for none), beating every 100 ms with records
+// stale after 1 s.
+func staticKeeperConfig(t *testing.T, node string, id int64, f *Forever, cache string) KeeperConfig {
+	t.Helper()
+	reg, err := NewStaticRegistryInRange(id, FullRange(DefaultMaxWorkerID))
+	must(t, "NewStaticRegistryInRange", err)
+	return keeperConfig(t, node, reg, f, func(c *KeeperConfig) {
+		c.Heartbeat.Interval, c.StaleAfter = 100*time.Millisecond, time.Second
+		if cache != "" {
+			c.Heartbeat.Cache = &CacheFile{Path: cache}
+			c.Guard.Cache = c.Heartbeat.Cache
+		}
+	})
+}
+
+// TestKeeperStaticIDTwice: two dispensers given one static worker ID on one NATS (issue
+// 21): the second refuses the worker ID at its clock check, naming the first, which
+// serves on; once the first stops cleanly, the second takes the worker ID at once.
+func TestKeeperStaticIDTwice(t *testing.T) {
+	env := startJS(t)
+	f := openForever(t, env.js)
+	first, gen := startKeeper(t, staticKeeperConfig(t, "disp-1", 7, f, ""))
+	stop, _ := runKeeper(t, first)
+
+	ctx := testutil.Context(t, 30*time.Second)
+	second, err := NewKeeper(staticKeeperConfig(t, "disp-2", 7, f, ""))
+	must(t, "NewKeeper", err)
+	must(t, "Acquire", second.Acquire(ctx))
+	_, err = second.CheckClock(ctx)
+	testutil.CheckErr(t, "CheckClock of the second holder", err, ErrWorkerIDInUse, "worker ID 7 is held by node disp-1")
+	if !IsRefusal(err) {
+		t.Fatalf("IsRefusal(%v) = false: a start would wait it out", err)
+	}
+	if _, err := gen.Next(); err != nil {
+		t.Fatalf("the first holder after the second was refused: Next = %v", err)
+	}
+
+	must(t, "Run of the first", stop())
+	rec, err := f.GetWorker(ctx, 7)
+	must(t, "GetWorker", err)
+	if !rec.Released || rec.NodeID != "disp-1" {
+		t.Fatalf("record after the first's clean stop = %+v, want it released by disp-1", rec)
+	}
+	third, gen3 := startKeeper(t, staticKeeperConfig(t, "disp-2", 7, f, ""))
+	if _, err := gen3.Next(); err != nil || third.WorkerID() != 7 {
+		t.Fatalf("after the release: worker ID %d, Next = %v; want 7 and issuing", third.WorkerID(), err)
+	}
+}
+
+// TestKeeperRaceToStart: two dispensers with one worker ID start at the same instant,
+// again and again: never do both serve; one does, the other is refused naming it.
+func TestKeeperRaceToStart(t *testing.T) {
+	env := startJS(t)
+	f := openForever(t, env.js)
+	for round := range 5 {
+		id := int64(100 + round)
+		type result struct {
+			node string
+			k    *Keeper
+			err  error
+		}
+		results := make(chan result, 2)
+		start := make(chan struct{})
+		for _, node := range []string{"racer-a", "racer-b"} {
+			cfg := staticKeeperConfig(t, node, id, f, "")
+			go func() {
+				<-start
+				ctx := testutil.Context(t, 30*time.Second)
+				k, err := NewKeeper(cfg)
+				if err == nil {
+					err = k.Acquire(ctx)
+				}
+				var floor int64
+				if err == nil {
+					floor, err = k.CheckClock(ctx)
+				}
+				if err == nil {
+					var gen *snowflake.Generator
+					if gen, err = snowflake.New(snowflake.Config{WorkerID: id, Floor: floor, BorrowMax: DefaultBorrowMax}); err == nil {
+						err = k.Start(ctx, gen)
+					}
+				}
+				results <- result{node, k, err}
+			}()
+		}
+		close(start)
+		var served, refused []result
+		for range 2 {
+			r := <-results
+			if r.err == nil {
+				served = append(served, r)
+				stop, _ := runKeeper(t, r.k)
+				t.Cleanup(func() { stop() })
+			} else {
+				refused = append(refused, r)
+			}
+		}
+		if len(served) != 1 || len(refused) != 1 {
+			t.Fatalf("round %d: %d served and %d were refused (%v), want one of each", round, len(served), len(refused), refused)
+		}
+		testutil.CheckErr(t, "start of "+refused[0].node, refused[0].err, ErrWorkerIDInUse, "node "+served[0].node)
+	}
+}
+
+// TestKeeperStopsForAnotherHolder: a running holder whose worker record another live
+// dispenser writes (one of a version without the fence, given the same worker ID)
+// stops issuing at its next beat and, unable to take the ID back (its registry gives
+// only this one), Run returns the refusal, naming the other.
+func TestKeeperStopsForAnotherHolder(t *testing.T) {
+	env := startJS(t)
+	f := openForever(t, env.js)
+	k, gen := startKeeper(t, staticKeeperConfig(t, "disp-1", 9, f, ""))
+	stop, done := runKeeper(t, k)
+	keepWriting(t, f, 9, Record{WorkerID: 9, NodeID: "old-version"}, 50*time.Millisecond)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run still going 20s after another holder started writing the worker record")
+	}
+	err := stop()
+	testutil.CheckErr(t, "Run", err, ErrWorkerIDInUse, "node old-version (a version without the worker-ID fence)")
+	if _, err := gen.Next(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Next after the loss = %v, want ErrLeaseLost", err)
+	}
+}
+
+// TestKeeperRestartTakesItsOwnRecord: a holder that crashed (its Run never stopped
+// cleanly) leaves its record unreleased: a restart of the same data dir takes it over
+// at once, since its cache file names that run; another node (another data dir) waits
+// to see it unwritten for StaleAfter first.
+func TestKeeperRestartTakesItsOwnRecord(t *testing.T) {
+	env := startJS(t)
+	f := openForever(t, env.js)
+	cache := filepath.Join(t.TempDir(), "cache.json")
+	crashed, _ := startKeeper(t, staticKeeperConfig(t, "disp-1", 11, f, cache))
+	_ = crashed // its heartbeat never runs again: as after kill -9
+
+	var logs testutil.SyncBuffer
+	cfg := staticKeeperConfig(t, "disp-1", 11, f, cache)
+	cfg.StaleAfter = time.Hour // a wait would not end within the test
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testutil.LogWriter(t)), nil))
+	restarted, gen := startKeeper(t, cfg)
+	if _, err := gen.Next(); err != nil || !strings.Contains(logs.String(), "previous run's, which has ended") {
+		t.Fatalf("restart of the data dir: Next = %v, logs:\n%s\nwant the record taken over at once", err, logs.String())
+	}
+	stop, _ := runKeeper(t, restarted)
+	must(t, "Run", stop())
+
+	// Another data dir: the restarted run stopped cleanly, so at once too; a crashed
+	// one's record is watched for StaleAfter.
+	crashed2, _ := startKeeper(t, staticKeeperConfig(t, "disp-1", 12, f, cache))
+	_ = crashed2
+	logs = testutil.SyncBuffer{}
+	other := staticKeeperConfig(t, "disp-2", 12, f, filepath.Join(t.TempDir(), "cache.json"))
+	other.Logger = cfg.Logger
+	_, gen2 := startKeeper(t, other)
+	if _, err := gen2.Next(); err != nil || !strings.Contains(logs.String(), "did not rewrite it for") {
+		t.Fatalf("another node on a crashed holder's ID: Next = %v, logs:\n%s\nwant it taken after watching", err, logs.String())
+	}
+}
+
+// TestKeeperStartAfterPausedHolderWrites: a node claims the record of a holder that
+// went silent (paused), and the holder, resumed, writes once more before the node's
+// first write and then releases it (it finds its lease lost): the node's first write
+// fails, it claims the record again, watching it, and serves once it is released,
+// rather than refusing the worker ID.
+func TestKeeperStartAfterPausedHolderWrites(t *testing.T) {
+	env := startJS(t)
+	f := openForever(t, env.js)
+	paused, _ := startKeeper(t, staticKeeperConfig(t, "paused", 13, f, ""))
+	time.Sleep(1200 * time.Millisecond) // past StaleAfter: it counts as gone
+
+	var logs testutil.SyncBuffer
+	cfg := staticKeeperConfig(t, "next", 13, f, "")
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testutil.LogWriter(t)), nil))
+	ctx := testutil.Context(t, 30*time.Second)
+	k, err := NewKeeper(cfg)
+	must(t, "NewKeeper", err)
+	must(t, "Acquire", k.Acquire(ctx))
+	floor, err := k.CheckClock(ctx)
+	must(t, "CheckClock", err)
+
+	// The paused holder resumes: one more write, then, finding its lease lost, release.
+	now := time.Now().UnixMilli()
+	must(t, "the paused holder's write", paused.fence.write(ctx, now, now+2000, false))
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = paused.fence.release(context.Background())
+	}()
+
+	gen, err := snowflake.New(snowflake.Config{WorkerID: 13, Floor: floor, BorrowMax: DefaultBorrowMax})
+	must(t, "snowflake.New", err)
+	must(t, "Start", k.Start(ctx, gen))
+	id, err := gen.Next()
+	must(t, "Next", err)
+	dec, err := snowflake.DefaultLayout().Decode(id)
+	must(t, "Decode", err)
+	if dec.Timestamp <= now+2000 {
+		t.Fatalf("first ID's timestamp %d, want above the paused holder's last ceiling %d", dec.Timestamp, now+2000)
+	}
+	if !strings.Contains(logs.String(), "claiming it again") {
+		t.Fatalf("logs:\n%s\nwant the record claimed again after the first write failed", logs.String())
 	}
 }
