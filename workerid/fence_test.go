@@ -198,6 +198,12 @@ func TestFenceWrite(t *testing.T) {
 	if want := (Record{WorkerID: 3, Timestamp: 5000, Ceiling: 9000, NodeID: "n1", Instance: "run-1"}); got != want {
 		t.Fatalf("record after a write below the claimed one = %+v, want %+v", got, want)
 	}
+	// The record's bytes, as PROTOCOL.md gives them: the node record's two fields first.
+	raw, err := f.kv.Get(ctx, WorkerKey(3))
+	must(t, "Get", err)
+	if want := `{"worker_id":3,"timestamp":5000,"ceiling":9000,"node_id":"n1","instance":"run-1"}`; string(raw.Value()) != want {
+		t.Fatalf("record bytes %s, want %s", raw.Value(), want)
+	}
 
 	// Its own write that went through although it seemed to fail: adopted.
 	own := putWorker(t, f, 3, Record{WorkerID: 3, Timestamp: 7000, Ceiling: 9000, NodeID: "n1", Instance: "run-1"})
@@ -208,6 +214,12 @@ func TestFenceWrite(t *testing.T) {
 		t.Fatalf("revision after resolve = %d, want the own write's %d", w.rev, own)
 	}
 	must(t, "write after resolve", w.write(ctx, 8000, 10000, false))
+	must(t, "release", w.release(ctx))
+	raw, err = f.kv.Get(ctx, WorkerKey(3))
+	must(t, "Get", err)
+	if want := `{"worker_id":3,"timestamp":8000,"ceiling":10000,"node_id":"n1","instance":"run-1","released":true}`; string(raw.Value()) != want {
+		t.Fatalf("released record bytes %s, want %s", raw.Value(), want)
+	}
 
 	// Another holder's write: lost, naming it.
 	putWorker(t, f, 3, Record{WorkerID: 3, Timestamp: 8000, NodeID: "thief", Instance: "run-x"})
