@@ -52,12 +52,11 @@ type Dispenser struct {
 	segments      *segment.Generator
 	mono          *monotonic.Manager // monotonic tags (monotonic.go)
 	registry      workerid.Registry
-	lease         workerid.Lease
 	forever       *workerid.Forever
 	floor         int64
 	snowflakes    *snowflake.Generator
-	heartbeat     *workerKeeper  // the heartbeat of the worker ID held, and the next one's after a loss
-	recovery      *recoveryWatch // time from a fault's end to full service (recovery.go)
+	heartbeat     *workerid.Keeper // this node's worker identity: its heartbeat, and the next worker ID's after a loss (worker.go)
+	recovery      *recoveryWatch   // time from a fault's end to full service (recovery.go)
 	timeResponder *workerid.TimeResponder
 	batches       *pools.Batches
 	poolStream    *pools.Stream
@@ -65,7 +64,6 @@ type Dispenser struct {
 	svc           *bus.Service
 	metrics       *metrics.Metrics // told of every answer, read by /metrics (http.go)
 	http          *httpapi.Server  // nil: HTTP off, or the default address was taken
-	peerRanges    peerRangeWatch   // the peers' worker-ID ranges, checked while Run runs (worker_range.go)
 	denied        deniedWatch      // permissions violations on nc while a step of New runs (startwait.go)
 
 	// The deployment record (deployment.go): where it is, what this dispenser is, and
@@ -77,11 +75,10 @@ type Dispenser struct {
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer
 
-	mu       sync.Mutex
-	closed   bool
-	stopRun  context.CancelFunc // set while Run runs
-	runDone  chan struct{}      // closed when Run returns
-	leaseOut bool               // the heartbeat took the lease over (Run started it)
+	mu      sync.Mutex
+	closed  bool
+	stopRun context.CancelFunc // set while Run runs
+	runDone chan struct{}      // closed when Run returns
 
 	closeOnce sync.Once
 	closeErr  error
@@ -177,31 +174,4 @@ func (d *Dispenser) Close() error {
 		d.closeErr = errors.Join(errs...)
 	})
 	return d.closeErr
-}
-
-// releaseLease gives the worker ID back when the heartbeat has not: after a failed start,
-// or when Run never ran. It records the highest timestamp issued, if any (the service
-// serves from the end of New): the generator is suspended first, so that stays the
-// highest, and a generator that issued nothing reports its floor, which is no timestamp
-// it used. With nothing issued the record stays the registry's own.
-func (d *Dispenser) releaseLease() error {
-	d.mu.Lock()
-	out := d.leaseOut
-	d.mu.Unlock()
-	if out {
-		return nil // the heartbeat released it with its final record, or lost it
-	}
-	ts := d.lease.Recorded()
-	if d.snowflakes != nil {
-		d.snowflakes.Suspend(workerid.ErrStopped)
-		if issued := d.snowflakes.Issued(); issued > d.floor {
-			ts = max(ts, issued)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	if err := d.lease.Release(ctx, ts); err != nil {
-		return fmt.Errorf("worker ID %d: %w", d.lease.WorkerID(), err)
-	}
-	return nil
 }

@@ -2,9 +2,10 @@
 // dispenser from a Config.
 //
 // New builds every part in order (NATS, embedded or not; the segment store and
-// generator; the worker-ID registry and lease; the clock guard; the snowflake generator
-// and its heartbeat; the time responder; the pools; the metrics, the micro service and
-// the HTTP face), Run runs them as one oklog/run group, and Close undoes what New built,
+// generator; the worker-ID registry and this node's worker identity, workerid.Keeper,
+// which acquires the worker ID and checks the clock for it; the snowflake generator, on
+// which the Keeper starts its heartbeat; the time responder; the pools; the metrics, the
+// micro service and the HTTP face), Run runs them as one oklog/run group, and Close undoes what New built,
 // in one place. A start that fails at any step is undone by that same Close before New
 // returns, so a worker ID acquired on the way is given back at once rather than held
 // until a lease expires.

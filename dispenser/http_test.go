@@ -102,7 +102,7 @@ func TestHTTPServesBesideNATS(t *testing.T) {
 	if err := json.Unmarshal([]byte(decoded), &leaf); code != 200 || err != nil {
 		t.Fatalf("GET decodeSnowflakeId = %d %q (%v), want Leaf's JSON", code, decoded, err)
 	}
-	workerID := strconv.FormatInt(d.lease.WorkerID(), 10)
+	workerID := strconv.FormatInt(d.heartbeat.WorkerID(), 10)
 	if leaf.WorkerID != workerID {
 		t.Errorf("decoded workerId %q, want this node's %s", leaf.WorkerID, workerID)
 	}

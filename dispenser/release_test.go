@@ -113,7 +113,7 @@ func TestFailedStartReleasesWorkerID(t *testing.T) {
 			held := int64(-1)
 			_, err := newTest(t, cfg, withAfterStep(func(step string, d *Dispenser) error {
 				if step == "worker ID" {
-					held = d.lease.WorkerID()
+					held = d.heartbeat.WorkerID()
 				}
 				return nil
 			}))

@@ -80,7 +80,6 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	addLoop(&g, "recovery watch", d.recovery.Run)
 	addLoop(&g, "time responder", d.timeResponder.Run)
 	addLoop(&g, "announcer", d.announce)
-	addLoop(&g, "peer range check", d.watchPeerRanges)
 	addLoop(&g, "deployment record", d.watchDeployment) // deployment.go
 	addLoop(&g, "insecure-listen warning", d.warnInsecure)
 	err = g.Run()
@@ -95,8 +94,9 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	return err
 }
 
-// startRun marks Run as running and hands the worker ID to the heartbeat, whose clean
-// stop gives it back. It returns the context Close cancels.
+// startRun marks Run as running and returns the context Close cancels. (The worker
+// identity, one of the group's actors, takes the worker ID over: its clean stop gives it
+// back.)
 func (d *Dispenser) startRun(parent context.Context) (context.Context, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -108,9 +108,6 @@ func (d *Dispenser) startRun(parent context.Context) (context.Context, error) {
 	}
 	ctx, cancel := context.WithCancel(parent)
 	d.stopRun = cancel
-	// Every actor of a run.Group executes, so heartbeat.Run is called and, whenever the
-	// group stops, releases the lease (or has lost it).
-	d.leaseOut = true
 	return ctx, nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -216,26 +215,12 @@ const (
 // waited out.)
 const jsReplicasNotSupported jetstream.ErrorCode = 10074
 
-// refusals are the sentinels of failures whose own message says why no wait mends them.
+// refusals are the sentinels of failures whose own message says why no wait mends them,
+// besides the worker identity's (workerid.IsRefusal).
 var refusals = []error{
-	workerid.ErrInvalidConfig, workerid.ErrInvalidNodeID,
-	workerid.ErrClockBehindRecord, workerid.ErrPeerSkew,
-	workerid.ErrZKAddressInUse, workerid.ErrIdentityInUse,
-	workerid.ErrZKSequenceOutOfRange, workerid.ErrWorkerIDOutOfRange,
 	segment.ErrStoreWentBack, segment.ErrNoLeafAlloc, segment.ErrCorruptMarks,
 	deployment.ErrMismatch, deployment.ErrCorrupt, ErrDataDirRestored,
 	context.Canceled,
-}
-
-// retryable is the worker keeper's test (rejoin.go) of a failure to take a new worker
-// ID while the dispenser runs: a refusal for safety or a corrupt cache file ends the
-// dispenser, everything else is waited out. Unlike at start, a credential, permission
-// or ACL error is waited out too: the node still serves segment IDs meanwhile, and an
-// operator who changed a server's configuration under a running fleet may change it
-// back.
-func retryable(err error) bool {
-	f := classify(err)
-	return f != refused && f != corruptDataFile
 }
 
 // classify sorts err by the errors nats.go, JetStream, crypto/tls, go-zookeeper and
@@ -262,10 +247,13 @@ func classify(err error) failure {
 		return clientCertificate
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsReplicasNotSupported:
 		return replicasBeyondServers
-	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrInvalidACL):
+	case workerid.ZKDenied(err):
 		return zkDenied
 	case mysqlDeniedErr(err):
 		return mysqlDenied
+	}
+	if workerid.IsRefusal(err) {
+		return refused
 	}
 	for _, r := range refusals {
 		if errors.Is(err, r) {

@@ -297,57 +297,54 @@ func unprivilegedDSN(tb testing.TB, srv *testenv.MariaDBServer) string {
 }
 
 // TestClassify: each error the start can meet, as its library returns it (wrapped as
-// the steps wrap it), is waited out or not, and ends a running node's rejoin or not.
+// the steps wrap it), is waited out or not (a running node's rejoin is workerid's,
+// TestIsRefusal).
 func TestClassify(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("step: %w", fmt.Errorf("call: %w", err)) }
 	tests := []struct {
-		name      string
-		err       error
-		want      failure
-		retryable bool // the worker keeper's test, while the dispenser runs
+		name string
+		err  error
+		want failure
 	}{
-		{"Plain", errors.New("connection refused"), transient, true},
-		{"NoResponders", wrap(nats.ErrNoResponders), transient, true},
-		{"Timeout", wrap(context.DeadlineExceeded), transient, true},
-		{"NoSuitablePeers", wrap(&jetstream.APIError{Code: 500, ErrorCode: 10005, Description: "no suitable peers for placement"}), transient, true},
-		{"TLSHandshakeTimeout", wrap(fmt.Errorf("%w: %w", nats.ErrTLS, os.ErrDeadlineExceeded)), transient, true},
-		{"ZKNoServer", wrap(zk.ErrNoServer), transient, true},
-		{"MySQLLockWait", wrap(&mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}), transient, true},
-		{"MySQLGone", wrap(mysql.ErrInvalidConn), transient, true},
-		{"ClockBehind", wrap(workerid.ErrClockBehindRecord), refused, false},
-		{"StoreWentBack", wrap(segment.ErrStoreWentBack), refused, false},
-		{"CorruptMarks", wrap(segment.ErrCorruptMarks), refused, false},
-		{"Canceled", wrap(context.Canceled), refused, false},
-		{"BadDSN", badDSN("--mysql-dsn does not parse"), refused, false},
-		{"CorruptCacheFile", wrap(workerid.ErrCorruptCacheFile), corruptDataFile, false},
-		{"Authorization", wrap(nats.ErrAuthorization), natsAuth, true},
-		{"AuthExpired", wrap(nats.ErrAuthExpired), natsAuth, true},
-		{"AuthRevoked", wrap(nats.ErrAuthRevoked), natsAuth, true},
-		{"AccountAuthExpired", wrap(nats.ErrAccountAuthExpired), natsAuth, true},
-		{"Permission", wrap(fmt.Errorf("%w: Permissions Violation for Publish to %q", nats.ErrPermissionViolation, "$JS.API.INFO")), natsPermission, true},
-		{"TLSNotOffered", wrap(nats.ErrSecureConnWanted), natsNoTLS, true},
-		{"UnknownAuthority", wrap(fmt.Errorf("%w: %w", nats.ErrTLS, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}})), serverCertificate, true},
-		{"WrongHost", wrap(&tls.CertificateVerificationError{Err: x509.HostnameError{Host: "db"}}), serverCertificate, true},
-		{"ClosedAfterHandshakeEPIPE", wrap(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, syscall.EPIPE)), clientCertificate, true},
-		{"ClosedAfterHandshakeReset", wrap(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, syscall.ECONNRESET)), clientCertificate, true},
-		{"ClosedAfterHandshakeEOF", wrap(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, io.EOF)), clientCertificate, true},
-		{"EOFWithoutTLS", wrap(io.EOF), transient, true},
-		{"ReplicasNotClustered", wrap(&jetstream.APIError{Code: 500, ErrorCode: 10074, Description: "replicas > 1 not supported in non-clustered mode"}), replicasBeyondServers, true},
-		{"ZKNoAuth", wrap(zk.ErrNoAuth), zkDenied, true},
-		{"ZKAuthFailed", wrap(zk.ErrAuthFailed), zkDenied, true},
-		{"MySQLAccessDenied", wrap(&mysql.MySQLError{Number: 1045}), mysqlDenied, true},
-		{"MySQLTableDenied", wrap(&mysql.MySQLError{Number: 1142}), mysqlDenied, true},
-		{"MySQLUnknownDatabase", wrap(&mysql.MySQLError{Number: 1049}), mysqlDenied, true},
-		{"MySQLAccountLocked", wrap(&mysql.MySQLError{Number: 4151}), mysqlDenied, true},
-		{"MySQLNativePassword", wrap(mysql.ErrNativePassword), mysqlDenied, true},
+		{"Plain", errors.New("connection refused"), transient},
+		{"NoResponders", wrap(nats.ErrNoResponders), transient},
+		{"Timeout", wrap(context.DeadlineExceeded), transient},
+		{"NoSuitablePeers", wrap(&jetstream.APIError{Code: 500, ErrorCode: 10005, Description: "no suitable peers for placement"}), transient},
+		{"TLSHandshakeTimeout", wrap(fmt.Errorf("%w: %w", nats.ErrTLS, os.ErrDeadlineExceeded)), transient},
+		{"ZKNoServer", wrap(zk.ErrNoServer), transient},
+		{"MySQLLockWait", wrap(&mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}), transient},
+		{"MySQLGone", wrap(mysql.ErrInvalidConn), transient},
+		{"ClockBehind", wrap(workerid.ErrClockBehindRecord), refused},
+		{"StoreWentBack", wrap(segment.ErrStoreWentBack), refused},
+		{"CorruptMarks", wrap(segment.ErrCorruptMarks), refused},
+		{"Canceled", wrap(context.Canceled), refused},
+		{"BadDSN", badDSN("--mysql-dsn does not parse"), refused},
+		{"CorruptCacheFile", wrap(workerid.ErrCorruptCacheFile), corruptDataFile},
+		{"Authorization", wrap(nats.ErrAuthorization), natsAuth},
+		{"AuthExpired", wrap(nats.ErrAuthExpired), natsAuth},
+		{"AuthRevoked", wrap(nats.ErrAuthRevoked), natsAuth},
+		{"AccountAuthExpired", wrap(nats.ErrAccountAuthExpired), natsAuth},
+		{"Permission", wrap(fmt.Errorf("%w: Permissions Violation for Publish to %q", nats.ErrPermissionViolation, "$JS.API.INFO")), natsPermission},
+		{"TLSNotOffered", wrap(nats.ErrSecureConnWanted), natsNoTLS},
+		{"UnknownAuthority", wrap(fmt.Errorf("%w: %w", nats.ErrTLS, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}})), serverCertificate},
+		{"WrongHost", wrap(&tls.CertificateVerificationError{Err: x509.HostnameError{Host: "db"}}), serverCertificate},
+		{"ClosedAfterHandshakeEPIPE", wrap(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, syscall.EPIPE)), clientCertificate},
+		{"ClosedAfterHandshakeReset", wrap(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, syscall.ECONNRESET)), clientCertificate},
+		{"ClosedAfterHandshakeEOF", wrap(fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, io.EOF)), clientCertificate},
+		{"EOFWithoutTLS", wrap(io.EOF), transient},
+		{"ReplicasNotClustered", wrap(&jetstream.APIError{Code: 500, ErrorCode: 10074, Description: "replicas > 1 not supported in non-clustered mode"}), replicasBeyondServers},
+		{"ZKNoAuth", wrap(zk.ErrNoAuth), zkDenied},
+		{"ZKAuthFailed", wrap(zk.ErrAuthFailed), zkDenied},
+		{"MySQLAccessDenied", wrap(&mysql.MySQLError{Number: 1045}), mysqlDenied},
+		{"MySQLTableDenied", wrap(&mysql.MySQLError{Number: 1142}), mysqlDenied},
+		{"MySQLUnknownDatabase", wrap(&mysql.MySQLError{Number: 1049}), mysqlDenied},
+		{"MySQLAccountLocked", wrap(&mysql.MySQLError{Number: 4151}), mysqlDenied},
+		{"MySQLNativePassword", wrap(mysql.ErrNativePassword), mysqlDenied},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := classify(tt.err); got != tt.want {
 				t.Errorf("classify(%v) = %d, want %d", tt.err, got, tt.want)
-			}
-			if got := retryable(tt.err); got != tt.retryable {
-				t.Errorf("retryable(%v) = %v, want %v", tt.err, got, tt.retryable)
 			}
 		})
 	}

@@ -77,41 +77,68 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 	return fmt.Errorf("--worker-registry %q: want kv, zk, mysql or static", cfg.WorkerRegistry)
 }
 
-// acquireWorkerID claims this node's worker ID. From here on a failed start gives it
-// back at once (releaseLease) instead of leaving it to a lease TTL or a session timeout.
-// The static registry has nothing to give back.
-func (d *Dispenser) acquireWorkerID(ctx context.Context) error {
-	lease, err := d.registry.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire a worker ID: %w", err)
+// acquireWorkerID builds this node's worker identity (workerid.Keeper) and claims its
+// worker ID. From here on a failed start gives it back at once (Keeper.Release) instead
+// of leaving it to a lease TTL or a session timeout. The static registry has nothing to
+// give back.
+func (d *Dispenser) acquireWorkerID(ctx context.Context) (err error) {
+	if d.forever == nil {
+		d.forever, err = workerid.OpenForever(ctx, d.js, workerid.ForeverBucket(d.cfg.Prefix), d.cfg.KVReplicas)
+		if err != nil {
+			return err
+		}
 	}
-	d.lease = &heldLease{lease: lease} // the worker keeper replaces it after a loss (rejoin.go)
-	d.onClose("release worker ID", d.releaseLease)
-	d.log.Info("worker ID acquired", "worker_id", lease.WorkerID(), "registry", d.cfg.WorkerRegistry, "recorded", lease.Recorded())
+	keeper, err := workerid.NewKeeper(d.keeperConfig())
+	if err != nil {
+		return err
+	}
+	if err := keeper.Acquire(ctx); err != nil {
+		return err
+	}
+	d.heartbeat = keeper
+	d.onClose("release worker ID", func() error {
+		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		return keeper.Release(rctx)
+	})
 	return nil
 }
 
-// checkClock decides whether this node's clock may be trusted with its worker ID: it
-// refuses a clock behind the records, checks a first start against the peers, and waits
-// past the floor the generator must stay above.
-func (d *Dispenser) checkClock(ctx context.Context) (err error) {
+// keeperConfig is the worker identity's configuration: the registry, the clock guard
+// and heartbeat of each worker ID it holds, and the peers' range check.
+func (d *Dispenser) keeperConfig() workerid.KeeperConfig {
 	cfg := d.cfg
-	d.forever, err = workerid.OpenForever(ctx, d.js, cfg.Prefix+"_forever", cfg.KVReplicas)
-	if err != nil {
-		return err
+	return workerid.KeeperConfig{
+		Registry:  d.registry,
+		Guard:     d.guardConfig(),
+		Heartbeat: d.heartbeatConfig(),
+		Peers: workerid.PeersConfig{
+			Conn:    d.nc,
+			Service: cfg.Prefix,
+			Range:   cfg.workerRange(),
+			Self: func() string {
+				if d.svc == nil {
+					return ""
+				}
+				return d.svc.Info().ID
+			},
+			Every:     d.opts.peerCheckEvery,
+			WarnEvery: d.opts.peerWarnEvery,
+		},
+		Logger: d.log.With("component", "worker", "registry", cfg.WorkerRegistry),
 	}
-	guard, err := d.newGuard()
-	if err != nil {
-		return err
-	}
-	if d.floor, err = guard.Start(ctx, d.lease); err != nil {
-		return fmt.Errorf("clock check: %w", err)
-	}
-	return nil
 }
 
-// newGuard builds the clock guard, at start and for each worker ID taken after a loss.
-func (d *Dispenser) newGuard() (*workerid.Guard, error) {
+// checkClock decides whether this node's clock may be trusted with its worker ID
+// (workerid.Keeper.CheckClock): the floor the generator must stay above.
+func (d *Dispenser) checkClock(ctx context.Context) (err error) {
+	d.floor, err = d.heartbeat.CheckClock(ctx)
+	return err
+}
+
+// guardConfig is the clock guard's configuration, at start and for each worker ID taken
+// after a loss.
+func (d *Dispenser) guardConfig() workerid.GuardConfig {
 	cfg := d.cfg
 	guardCfg := workerid.DefaultGuardConfig()
 	guardCfg.NodeID = cfg.NodeID
@@ -125,13 +152,13 @@ func (d *Dispenser) newGuard() (*workerid.Guard, error) {
 	guardCfg.ClockWaitMax = cfg.ClockWaitMax
 	guardCfg.PeerSkewMax = cfg.PeerSkewMax
 	guardCfg.Logger = d.log.With("component", "clock-guard")
-	return workerid.NewGuard(guardCfg)
+	return guardCfg
 }
 
 func (d *Dispenser) newSnowflakes(context.Context) (err error) {
 	d.snowflakes, err = snowflake.New(snowflake.Config{
 		Layout:        d.cfg.Layout(),
-		WorkerID:      d.lease.WorkerID(),
+		WorkerID:      d.heartbeat.WorkerID(),
 		Clock:         d.clock,
 		DenseSequence: d.cfg.DenseSequence,
 		Floor:         d.floor,
@@ -140,23 +167,10 @@ func (d *Dispenser) newSnowflakes(context.Context) (err error) {
 	return err
 }
 
-// startHeartbeat builds the heartbeat, under the worker keeper that takes a new worker
-// ID if this one is lost (rejoin.go), and writes the first record before serving, so
-// the generator has a ceiling.
+// startHeartbeat starts the worker ID's heartbeat on the generator and writes the first
+// record before serving, so the generator has a ceiling.
 func (d *Dispenser) startHeartbeat(ctx context.Context) error {
-	held, ok := d.lease.(*heldLease)
-	if !ok {
-		held = &heldLease{lease: d.lease}
-	}
-	hb, err := d.newHeartbeat(held.get())
-	if err != nil {
-		return err
-	}
-	d.heartbeat = newWorkerKeeper(d, held, hb)
-	if err := hb.Beat(ctx); err != nil {
-		return fmt.Errorf("first heartbeat: %w", err)
-	}
-	return nil
+	return d.heartbeat.Start(ctx, d.snowflakes)
 }
 
 // RecordInterval is how often the heartbeat writes its records: more often than Leaf's
@@ -167,14 +181,12 @@ func (d *Dispenser) startHeartbeat(ctx context.Context) error {
 // are still taken to allow HeartbeatInterval.
 const RecordInterval = time.Second
 
-// newHeartbeat builds the heartbeat of lease, which suspends the generator until its
-// first record is written.
-func (d *Dispenser) newHeartbeat(lease workerid.Lease) (*workerid.Heartbeat, error) {
+// heartbeatConfig is the heartbeat's configuration for every worker ID this node holds
+// (the Keeper adds the lease and the generator).
+func (d *Dispenser) heartbeatConfig() workerid.HeartbeatConfig {
 	cfg := d.cfg
 	hbCfg := workerid.DefaultHeartbeatConfig()
 	hbCfg.NodeID = cfg.NodeID
-	hbCfg.Lease = lease
-	hbCfg.Generator = d.snowflakes
 	hbCfg.Forever = d.forever
 	hbCfg.Cache = cfg.cacheFile()
 	hbCfg.Clock = d.clock
@@ -182,7 +194,7 @@ func (d *Dispenser) newHeartbeat(lease workerid.Lease) (*workerid.Heartbeat, err
 	hbCfg.BorrowMax = cfg.clockMargin() // the guard waits out what the heartbeat allows
 	hbCfg.ClockJumpMax = cfg.ClockJumpMax
 	hbCfg.Logger = d.log.With("component", "heartbeat")
-	return workerid.NewHeartbeat(hbCfg)
+	return hbCfg
 }
 
 // newTimeResponder builds the answerer of <prefix>.time for the peer checks of nodes that
@@ -200,4 +212,11 @@ func (c Config) clockMargin() time.Duration {
 		return c.BorrowMax
 	}
 	return workerid.DefaultGuardConfig().BorrowMax
+}
+
+// workerStats is the worker keeper's part of $SRV.STATS: how many worker IDs this node
+// took after its first, and why it lost the last.
+func (d *Dispenser) workerStats() map[string]any {
+	n, why := d.heartbeat.Rejoins()
+	return map[string]any{"worker_id": d.heartbeat.WorkerID(), "rejoins": n, "last_loss": why}
 }

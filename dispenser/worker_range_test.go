@@ -60,35 +60,6 @@ func TestConfigWorkerRange(t *testing.T) {
 	}
 }
 
-func TestRangeConflict(t *testing.T) {
-	mine := workerid.Range{Min: 0, Max: 511}
-	withRange := func(node string, id, lo, hi int64) peer {
-		return peer{nodeID: node, workerID: id, rng: workerid.Range{Min: lo, Max: hi}, hasRange: true}
-	}
-	tests := []struct {
-		name string
-		p    peer
-		want string // in the reason; "" for none
-	}{
-		{"OK/same range", withRange("a2", 1, 0, 511), ""},
-		{"OK/disjoint range", withRange("b1", 512, 512, 1023), ""},
-		{"OK/older peer without range", peer{nodeID: "old", workerID: 7}, ""},
-		{"OK/own node ID", withRange("a1", 0, 0, 511), ""},
-		{"Conflict/overlap", withRange("c1", 256, 256, 767), "its worker IDs 256..767 overlap this node's 0..511"},
-		{"Conflict/full range", withRange("d1", 3, 0, 1023), "its worker IDs 0..1023 overlap"},
-		{"Conflict/same worker ID", withRange("e1", 0, 0, 511), "worker ID 0, the same as this node's"},
-		{"Conflict/same worker ID, no range", peer{nodeID: "old", workerID: 0}, "worker ID 0, the same"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := rangeConflict("a1", 0, mine, tt.p)
-			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
-				t.Errorf("rangeConflict(a1, 0, %s, %+v) = %q, want %q", mine, tt.p, got, tt.want)
-			}
-		})
-	}
-}
-
 // datacenter is one deployment of the multi-datacenter tests: its NATS and dispensers.
 type datacenter struct {
 	name       string

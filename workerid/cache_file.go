@@ -22,13 +22,20 @@ type CacheFile struct {
 // token this node puts in its ZooKeeper alive node (Leaf's layout): a restart that finds
 // the alive node of an earlier session holding the token of its own cache file knows
 // that session was this node's, and takes the node over instead of waiting for the
-// session to expire (zk_leaf.go).
+// session to expire (zk_leaf.go). Registry is the Identity of the registry that issued
+// WorkerID: a registry starts from the entry only when it is the same one (ZooKeeper
+// unreachable at start); "" in files of versions that did not record it. Instance is the
+// token of the run that wrote the entry, the one in its worker ID's record (fence.go): a
+// restart of this data dir takes that record over at once, since the run that wrote it
+// has ended.
 type CacheEntry struct {
 	NodeID    string `json:"node_id"`
 	WorkerID  int64  `json:"worker_id"`
 	Timestamp int64  `json:"timestamp"`
 	Ceiling   int64  `json:"ceiling,omitempty"`
 	Owner     string `json:"owner,omitempty"`
+	Registry  string `json:"registry,omitempty"`
+	Instance  string `json:"instance,omitempty"`
 }
 
 // ErrCorruptCacheFile is returned by CacheFile.Load when the file exists but does not
@@ -39,6 +46,11 @@ var ErrCorruptCacheFile = errors.New("corrupt worker-ID cache file")
 
 // corruptShown bounds how much of a corrupt cache file an error quotes.
 const corruptShown = 64
+
+// ErrCacheOtherRegistry is returned when a registry would start from a cache file entry
+// (its backend unreachable) that another registry issued, or that does not say which
+// registry issued it: that worker ID may be someone else's in this registry.
+var ErrCacheOtherRegistry = errors.New("the cache file's worker ID may not be this registry's")
 
 // Load reads the file. A missing file is an error wrapping ErrNoRecord; a file that
 // does not hold a record is an error wrapping ErrCorruptCacheFile that names the file;

@@ -18,11 +18,20 @@
 //   - a lease that changes under its holder (its KV key or ZooKeeper node deleted or
 //     rewritten by someone else) stops the holder within milliseconds, through a watch
 //     on it, not at the next renewal; while the watch cannot see the lease, the holder
-//     does not issue.
+//     does not issue;
+//   - whatever the registry, one worker ID has one live holder: the worker ID's record
+//     in the forever bucket is a fence written with compare-and-set (fence.go), so two
+//     dispensers given one worker ID by two registries never both serve with it;
+//   - a worker ID is trusted only by the registry that issued it (Identifier): the
+//     cache file says which one did.
 //
 // The pieces: Registry/Lease/LeaseWatcher (registry.go) with the static, JetStream KV,
 // ZooKeeper and MySQL implementations, Forever (the <prefix>_forever bucket),
 // CacheFile, Guard (start-up), Heartbeat (runtime: records, ceiling, suspension, the
 // lease watch) and TimeResponder (answers <prefix>.time for other nodes' peer checks).
+// Keeper puts them together as this node's worker identity, one actor with a Run in the
+// manner of oklog/run: it acquires the worker ID, checks the clock for it, starts its
+// heartbeat on the generator, takes a new worker ID when this one is lost (rebinding the
+// same generator), and checks its peers' worker-ID ranges (peer_ranges.go).
 // Every configuration comes from its DefaultXConfig and is checked by its Validate.
 package workerid

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/leafbus/leafbus/internal/kvbucket"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,12 +23,21 @@ var ErrNoRecord = errors.New("no record")
 // strength of this record (Timestamp + heartbeat interval + that run's borrow-max), so a
 // restart with a smaller --borrow-max still waits past everything the previous run may
 // have issued. NodeID names the writer in a worker ID's record (key WorkerKey(id)).
-// Both are left out of the JSON when empty, so a node's record keeps PROTOCOL.md's bytes.
+//
+// Instance and Released make a worker ID's record its fence (fence.go): Instance is the
+// run of the dispenser that holds the worker ID (a token per run, since two hosts can be
+// given one node ID), and Released says that run stopped cleanly (or lost the ID) and
+// issues nothing more with it, so the next holder need not wait to see it is gone.
+//
+// Every field but the first two is left out of the JSON when empty, so a node's record
+// (key: its node ID) keeps PROTOCOL.md's bytes.
 type Record struct {
 	WorkerID  int64  `json:"worker_id"`
 	Timestamp int64  `json:"timestamp"`
 	Ceiling   int64  `json:"ceiling,omitempty"`
 	NodeID    string `json:"node_id,omitempty"`
+	Instance  string `json:"instance,omitempty"`
+	Released  bool   `json:"released,omitempty"`
 }
 
 // WorkerKey is the forever bucket's key of worker ID id's record ("worker-3"): what must
@@ -163,3 +173,70 @@ func (f *Forever) getRev(ctx context.Context, key string) (Record, uint64, error
 
 // Bucket is the bucket's name.
 func (f *Forever) Bucket() string { return f.kv.Bucket() }
+
+// workerEntry is a worker ID's record as read, with what the fence needs: its revision
+// (0: there is none) and the time the server stored it, by the server's clock.
+type workerEntry struct {
+	rec     Record
+	rev     uint64
+	written time.Time
+}
+
+// getWorkerEntry reads worker ID id's record with its revision and write time; a missing
+// record is an entry of revision 0, not an error.
+func (f *Forever) getWorkerEntry(ctx context.Context, id int64) (workerEntry, error) {
+	key := WorkerKey(id)
+	e, err := f.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return workerEntry{}, nil
+	}
+	if err != nil {
+		return workerEntry{}, fmt.Errorf("read forever record %s from %s: %w", key, f.kv.Bucket(), err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return workerEntry{}, fmt.Errorf("forever record %s in %s is not a record (%q): %w", key, f.kv.Bucket(), e.Value(), err)
+	}
+	return workerEntry{rec: r, rev: e.Revision(), written: e.Created()}, nil
+}
+
+// errRecordMoved is casWorker's error when the record is no longer at the revision the
+// writer expected: someone wrote it (or deleted it) since.
+var errRecordMoved = errors.New("the worker record changed since this holder's last write")
+
+// casWorker writes r as worker ID id's record if the record is still at revision rev
+// (0: absent), and returns the new revision. It fails with errRecordMoved when it is not.
+func (f *Forever) casWorker(ctx context.Context, id int64, r Record, rev uint64) (uint64, error) {
+	key := WorkerKey(id)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("encode forever record: %w", err)
+	}
+	var next uint64
+	if rev == 0 {
+		next, err = f.kv.Create(ctx, key, b)
+	} else {
+		next, err = f.kv.Update(ctx, key, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, fmt.Errorf("write forever record %s to %s at revision %d: %w", key, f.kv.Bucket(), rev, errRecordMoved)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write forever record %s to %s: %w", key, f.kv.Bucket(), err)
+	}
+	return next, nil
+}
+
+// serverTime is the time by the clock of the server that keeps the bucket (the stream
+// leader answers its info), the clock its records' write times were read from; zero
+// when the server does not say.
+func (f *Forever) serverTime(ctx context.Context) (time.Time, error) {
+	st, err := f.kv.Status(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the status of %s: %w", f.kv.Bucket(), err)
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		return bs.StreamInfo().TimeStamp, nil
+	}
+	return time.Time{}, nil
+}

@@ -66,6 +66,13 @@ type HeartbeatConfig struct {
 	// Forever and Cache are where this node's record goes; either may be nil.
 	Forever *Forever
 	Cache   *CacheFile
+	// Registry is the Identity of the registry that issued Lease, recorded in the cache
+	// file so that no other registry ever starts from it (CacheEntry.Registry).
+	Registry string
+	// fence, set by the Keeper, writes the worker ID's record with a compare-and-set
+	// (fence.go) instead of RaiseWorker: only its writes raise the ceiling, and a write
+	// that finds someone else's record stops the generator for good.
+	fence *workerFence
 	// Clock is the generator's clock (snowflake.SystemClock()).
 	Clock snowflake.Clock
 	// Interval between beats (3 s) and BorrowMax (1 s): the ceiling is record + Interval
@@ -180,7 +187,13 @@ type HeartbeatStats struct {
 //   - a lease that is a LeaseWatcher is watched while Run runs: a change under the
 //     holder (lease deleted or taken) suspends the generator for good at once and Run
 //     returns ErrLeaseLost, and while the watch cannot see the lease the generator stays
-//     suspended (ErrLeaseUnverified) until it can again.
+//     suspended (ErrLeaseUnverified) until it can again;
+//   - with the Keeper's fence (fence.go) the worker ID's record is written with a
+//     compare-and-set, and only that write (with Renew, for an expiring lease) makes a
+//     beat count; a write that finds the record rewritten by anyone else suspends the
+//     generator at once, reads the record again, and, unless the write was this run's
+//     own after all, suspends it for good (ErrLeaseLost, ErrWorkerIDInUse when another
+//     run holds it); the clean stop marks the record released.
 //
 // Several reasons to suspend may hold at once; the generator is resumed only when none
 // does, and it reports the first of: lease lost, stopped, the beats' own (not recorded
@@ -206,6 +219,7 @@ type Heartbeat struct {
 	failures    int
 	beats       int   // beats attempted
 	suspendedBy error // the beats' reason: not recorded yet, or not renewed for TTL/2
+	fenceErr    error // the fence's reason: its record moved, and whose it is now is being read
 	watchErr    error // the lease watch's reason: it cannot see the lease
 	watched     bool  // the lease watch's last report was that it sees the lease
 	lostErr     error
@@ -274,7 +288,11 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	h.beats++
 	h.mu.Unlock()
 	var errs []error
-	wrote := h.writeOwn(ctx, ts, ts+h.margin, &errs)
+	wrote, lostErr := h.writeOwn(ctx, ts, ts+h.margin, false, &errs)
+	if lostErr != nil {
+		h.loseLease(lostErr)
+		return lostErr
+	}
 
 	renewStart := h.cfg.Monotonic()
 	rctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
@@ -289,7 +307,12 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	}
 
 	counts := wrote || (err == nil && h.durable)
-	if h.ttl > 0 {
+	switch {
+	case h.cfg.fence != nil:
+		// Only a fenced write may raise the ceiling: it is what any other holder of
+		// the worker ID must see fail before this one issues past its record.
+		counts = wrote && (h.ttl == 0 || err == nil)
+	case h.ttl > 0:
 		counts = err == nil
 	}
 	if !counts {
@@ -307,29 +330,84 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 // and reports whether the worker ID's record was written: the one record of these that
 // every later start with this worker ID reads, whatever its node ID or host. (A restart
 // of this node reads all three, but the cache file and the node's key are not read by
-// the same worker ID restarted under another node ID.)
-func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, errs *[]error) bool {
+// the same worker ID restarted under another node ID.) With a fence, released marks the
+// worker ID's record released (a clean stop), and a lost is returned when the record
+// turned out to be someone else's; the worker ID's record is not written after a loss.
+func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, released bool, errs *[]error) (wrote bool, lost error) {
 	id := h.cfg.Lease.WorkerID()
-	wrote := false
 	if f := h.cfg.Forever; f != nil {
 		wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
 		if err := f.Put(wctx, h.cfg.NodeID, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling}); err != nil {
 			*errs = append(*errs, err)
 		}
-		if err := f.RaiseWorker(wctx, id, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling, NodeID: h.cfg.NodeID}); err != nil {
-			*errs = append(*errs, err)
-		} else {
-			wrote = true
+		var err error
+		skip := false
+		switch {
+		case h.cfg.fence == nil:
+			err = f.RaiseWorker(wctx, id, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling, NodeID: h.cfg.NodeID})
+		case h.isLost():
+			skip = true // the record is someone else's now
+		default:
+			err = h.writeFenced(wctx, ts, ceiling, released)
 		}
 		cancel()
+		switch {
+		case skip:
+		case errors.Is(err, ErrLeaseLost):
+			lost = err
+		case err != nil:
+			*errs = append(*errs, err)
+		default:
+			wrote = true
+		}
 	}
 	if c := h.cfg.Cache; c != nil {
-		e := CacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease)}
+		e := CacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease), Registry: h.cfg.Registry}
+		if fc := h.cfg.fence; fc != nil {
+			e.Instance = fc.instance
+		}
 		if err := c.Save(e); err != nil {
 			*errs = append(*errs, err)
 		}
 	}
-	return wrote
+	return wrote, lost
+}
+
+// writeFenced writes the worker ID's record through the fence. When someone else wrote
+// it since, the generator is suspended at once, before the record is read again to see
+// whose it is: this run's own (an earlier write went through although it seemed to
+// fail), and the write is made again; or not, and an error wrapping ErrLeaseLost says
+// whose.
+func (h *Heartbeat) writeFenced(ctx context.Context, ts, ceiling int64, released bool) error {
+	err := h.cfg.fence.write(ctx, ts, ceiling, released)
+	if !errors.Is(err, errRecordMoved) {
+		return err
+	}
+	h.setFenceErr(fmt.Errorf("%w: %w", ErrLeaseUnverified, err))
+	if err := h.cfg.fence.resolve(ctx); err != nil {
+		// Lost (Beat makes that for good), or not known yet: the generator stays
+		// suspended until the record is read again at the next beat.
+		return err
+	}
+	h.setFenceErr(nil)
+	h.log.Warn("the worker ID's record had moved, by an earlier write of this run's that seemed to fail; writing it again")
+	return h.cfg.fence.write(ctx, ts, ceiling, released)
+}
+
+// setFenceErr suspends the generator while the fence's record is being read again (err),
+// or lifts that (nil).
+func (h *Heartbeat) setFenceErr(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fenceErr = err
+	h.applyLocked()
+}
+
+// isLost reports whether the lease was lost.
+func (h *Heartbeat) isLost() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lostErr != nil
 }
 
 // cacheOwner is implemented by leases that keep a token in the cache file (zk_leaf.go).
@@ -466,6 +544,8 @@ func (h *Heartbeat) applyLocked() (resumed bool) {
 	switch {
 	case h.lostErr != nil:
 		reason = h.lostErr
+	case h.fenceErr != nil:
+		reason = h.fenceErr
 	case h.stopped:
 		reason = ErrStopped
 	case h.suspendedBy != nil:
@@ -634,8 +714,12 @@ func (h *Heartbeat) stop(ctx context.Context) {
 	ts := h.nextRecord()
 	var errs []error
 	// The generator is suspended for good and ts covers all it issued: the records say
-	// so (ceiling ts), and a restart need not wait past anything else.
-	h.writeOwn(sctx, ts, ts, &errs)
+	// so (ceiling ts), and a restart need not wait past anything else; the fenced record
+	// says it is released, so that the next holder need not wait to see this one gone.
+	if _, lostNow := h.writeOwn(sctx, ts, ts, true, &errs); lostNow != nil {
+		errs = append(errs, lostNow)
+		lost = lostNow
+	}
 	if lost == nil { // a lost ID is someone else's: nothing to release
 		if err := h.cfg.Lease.Release(sctx, ts); err != nil {
 			errs = append(errs, fmt.Errorf("release lease: %w", err))

@@ -212,7 +212,7 @@ func TestZKLeafRange(t *testing.T) {
 func TestZKRegistryCacheOutOfRange(t *testing.T) {
 	t.Parallel()
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "cache.json")}
-	must(t, "Save", cache.Save(CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: time.Now().UnixMilli() - 10_000}))
+	must(t, "Save", cache.Save(CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: time.Now().UnixMilli() - 10_000, Registry: "zk /snowflake/down"}))
 	r := openZK(t, zkConfig([]string{closedAddr(t)}, "down", "10.0.0.5:8080", zkRange(512, 1023), func(c *ZKRegistryConfig) {
 		c.SessionTimeout, c.Cache = time.Second, cache
 	}))

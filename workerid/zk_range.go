@@ -72,8 +72,17 @@ func (r *ZKRegistry) belowRange(seq int64, what string) error {
 		ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange, what, rng.describe(), rng.Min, rng.Min-seq, r.forever())
 }
 
-// checkCached refuses a cache-file worker ID outside the range.
+// checkCached refuses a cache-file worker ID that another registry issued (or that does
+// not say which registry did), and one outside the range.
 func (r *ZKRegistry) checkCached(e CacheEntry) error {
+	switch {
+	case e.Registry == "":
+		return fmt.Errorf("%w: %w: cache file %s (worker ID %d) does not say which registry issued its worker ID (written by an earlier version), so it cannot stand in for %s; start once with ZooKeeper reachable, which records it",
+			ErrZKUnavailable, ErrCacheOtherRegistry, r.cfg.Cache.Path, e.WorkerID, r.Identity())
+	case e.Registry != r.Identity():
+		return fmt.Errorf("%w: %w: cache file %s holds worker ID %d from registry %q, not this one (%q): that registry may give the ID to another node; start with ZooKeeper reachable, or with the registry that issued it (--worker-registry, --zk-name, --zk-recycle as before)",
+			ErrZKUnavailable, ErrCacheOtherRegistry, r.cfg.Cache.Path, e.WorkerID, e.Registry, r.Identity())
+	}
 	if rng := r.cfg.workerRange(); !rng.Contains(e.WorkerID) {
 		return fmt.Errorf("%w: %w: ZooKeeper unreachable and cache file %s holds worker ID %d, outside this deployment's %s",
 			ErrZKUnavailable, ErrWorkerIDOutOfRange, r.cfg.Cache.Path, e.WorkerID, rng.describe())

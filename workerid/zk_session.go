@@ -262,3 +262,11 @@ func (r *ZKRegistry) replaceClient(without time.Duration, why string) {
 
 // Connected reports whether the registry has a ZooKeeper session now.
 func (r *ZKRegistry) Connected() bool { return r.hasSession() }
+
+// ZKDenied reports whether err is ZooKeeper refusing this client its path: no
+// authentication, failed authentication or an ACL that does not let it in. No wait
+// mends that, so a start ends at once (the dispenser's classify asks this, so that only
+// this package knows the ZooKeeper driver).
+func ZKDenied(err error) bool {
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || errors.Is(err, zk.ErrInvalidACL)
+}

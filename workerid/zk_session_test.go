@@ -288,10 +288,18 @@ func TestZKWatchdogProbe(t *testing.T) {
 	if why := d.check(zk.StateDisconnected, reachable, at(zkProbeAfter+zkProbeEvery+2*time.Millisecond)); why != "ZooKeeper accepts connections again" {
 		t.Fatalf("a server back: %q, want the replacement on reachability", why)
 	}
-	d.replaced(at(zkProbeAfter + zkProbeEvery + 2*time.Millisecond))
+	replacedAt := at(zkProbeAfter + zkProbeEvery + 2*time.Millisecond)
+	d.replaced(replacedAt)
 	before := probes
-	for i := 2; i < 10; i++ {
-		if why := d.check(zk.StateDisconnected, reachable, at(zkProbeAfter+time.Duration(i)*zkProbeEvery+3*time.Millisecond)); why != "" {
+	// Looked at until just before the next replacement may be due: the retry's first
+	// wait less its jitter.
+	shortest := time.Duration(float64(zkReplaceRetry.Min) * (1 - zkReplaceRetry.Jitter))
+	for i := 2; ; i++ {
+		now := at(zkProbeAfter + time.Duration(i)*zkProbeEvery + 3*time.Millisecond)
+		if now.Sub(replacedAt) >= shortest {
+			break
+		}
+		if why := d.check(zk.StateDisconnected, reachable, now); why != "" {
 			t.Fatalf("the same outage again: %q, want one replacement on reachability per outage", why)
 		}
 	}

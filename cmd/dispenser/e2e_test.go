@@ -120,23 +120,34 @@ type process struct {
 	done   chan error
 }
 
-// startBinary runs the compiled dispenser with args (plus --listen and --data-dir when
-// not given) and waits for its ready line.
+// startBinary runs the compiled dispenser with args (plus --data-dir, and --listen
+// unless args join NATS servers with --nats) and waits for its ready line.
 func startBinary(t testing.TB, dataDir string, args ...string) *process {
 	t.Helper()
 	bin, err := buildDispenser()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	args = append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dataDir, "--node-id", "bin-test"}, args...)
+	url := ""
+	for i, a := range args {
+		if a == "--nats" && i+1 < len(args) {
+			url = args[i+1]
+		}
+	}
+	first := []string{"--data-dir", dataDir, "--node-id", "bin-test"}
+	if url == "" {
+		port := freePort(t)
+		url = fmt.Sprintf("nats://127.0.0.1:%d", port)
+		first = append(first, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	args = append(first, args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "LEAFBUS_LOG_LEVEL=debug")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &process{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port), stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
+	b := &process{cmd: cmd, url: url, stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = b.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

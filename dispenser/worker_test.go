@@ -3,7 +3,6 @@ package dispenser
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -12,11 +11,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/leafbus/leafbus/client"
-	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
-	"github.com/leafbus/leafbus/workerid"
 )
 
 // runTest runs d until the test ends and waits until it serves; the returned channel
@@ -108,7 +105,7 @@ func TestLostWorkerIDTakesANewOne(t *testing.T) {
 	if n, why := d.heartbeat.Rejoins(); n != 1 || why == "" {
 		t.Fatalf("Rejoins() = %d, %q; want 1 and the loss", n, why)
 	}
-	if got := d.lease.WorkerID(); got != second {
+	if got := d.heartbeat.WorkerID(); got != second {
 		t.Fatalf("the held lease says worker ID %d, want %d", got, second)
 	}
 	if st := d.heartbeat.Stats(); st.LeaseLost || st.Suspended || st.WorkerID != second {
@@ -125,34 +122,5 @@ func TestLostWorkerIDTakesANewOne(t *testing.T) {
 	}
 	if got := info.Metadata[wire.MetaWorkerID]; got != fmt.Sprint(second) {
 		t.Fatalf("$SRV.INFO metadata worker_id %q after the replacement, want %d (metadata %v)", got, second, info.Metadata)
-	}
-}
-
-// What a lost worker ID's keeper waits out, and what makes it give up and the dispenser
-// exit, saying why.
-func TestRetryable(t *testing.T) {
-	tests := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"unreachable", errors.New("nats: no responders available for request"), true},
-		{"every ID taken", fmt.Errorf("acquire: %w", workerid.ErrNoWorkerID), true},
-		{"ZooKeeper down", fmt.Errorf("x: %w", workerid.ErrZKUnavailable), true},
-		{"records unreadable", workerid.ErrRecordUnavailable, true},
-		{"timeout", context.DeadlineExceeded, true},
-		{"clock behind", fmt.Errorf("clock check: %w", workerid.ErrClockBehindRecord), false},
-		{"another process as this ip:port", workerid.ErrZKAddressInUse, false},
-		{"another process as this identity", workerid.ErrIdentityInUse, false},
-		{"configuration", workerid.ErrInvalidConfig, false},
-		{"out of range", workerid.ErrWorkerIDOutOfRange, false},
-		{"store went back", segment.ErrStoreWentBack, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := retryable(tt.err); got != tt.want {
-				t.Fatalf("retryable(%v) = %v, want %v", tt.err, got, tt.want)
-			}
-		})
 	}
 }

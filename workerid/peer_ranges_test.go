@@ -1,0 +1,87 @@
+package workerid
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leafbus/leafbus/internal/testutil"
+)
+
+func TestRangeConflict(t *testing.T) {
+	mine := Range{Min: 0, Max: 511}
+	withRange := func(node string, id, lo, hi int64) peer {
+		return peer{nodeID: node, workerID: id, rng: Range{Min: lo, Max: hi}, hasRange: true}
+	}
+	tests := []struct {
+		name string
+		p    peer
+		want string // in the reason; "" for none
+	}{
+		{"OK/same range", withRange("a2", 1, 0, 511), ""},
+		{"OK/disjoint range", withRange("b1", 512, 512, 1023), ""},
+		{"OK/older peer without range", peer{nodeID: "old", workerID: 7}, ""},
+		{"OK/own node ID", withRange("a1", 0, 0, 511), ""},
+		{"Conflict/overlap", withRange("c1", 256, 256, 767), "its worker IDs 256..767 overlap this node's 0..511"},
+		{"Conflict/full range", withRange("d1", 3, 0, 1023), "its worker IDs 0..1023 overlap"},
+		{"Conflict/same worker ID", withRange("e1", 0, 0, 511), "worker ID 0, the same as this node's"},
+		{"Conflict/same worker ID, no range", peer{nodeID: "old", workerID: 0}, "worker ID 0, the same"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := rangeConflict("a1", 0, mine, tt.p)
+			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+				t.Errorf("rangeConflict(a1, 0, %s, %+v) = %q, want %q", mine, tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+// infoAnswer is an $SRV.INFO answer of instance with metadata.
+func infoAnswer(t *testing.T, instance string, metadata map[string]string) *nats.Msg {
+	t.Helper()
+	b, err := json.Marshal(micro.Info{ServiceIdentity: micro.ServiceIdentity{Name: "leaf", ID: instance, Metadata: metadata}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &nats.Msg{Data: b}
+}
+
+// TestPeerRangesCheck: a check counts the conflicting peers, skips this node's own
+// answer and answers that are not $SRV.INFO, and logs one peer's conflict again only
+// after WarnEvery.
+func TestPeerRangesCheck(t *testing.T) {
+	var logs testutil.SyncBuffer
+	w := newPeerRanges(PeersConfig{Range: Range{Min: 0, Max: 511}, Self: func() string { return "me" }, WarnEvery: time.Minute},
+		"a1", func() int64 { return 3 }, slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testutil.LogWriter(t)), nil)))
+	answers := []*nats.Msg{
+		infoAnswer(t, "me", map[string]string{"node_id": "a1", "worker_id": "3", "worker_id_min": "256", "worker_id_max": "767"}),
+		infoAnswer(t, "p1", map[string]string{"node_id": "a2", "worker_id": "4", "worker_id_min": "0", "worker_id_max": "511"}),
+		infoAnswer(t, "p2", map[string]string{"node_id": "c1", "worker_id": "300", "worker_id_min": "256", "worker_id_max": "767"}),
+		infoAnswer(t, "p3", map[string]string{"node_id": "e1", "worker_id": "3"}),
+		{Data: []byte("not JSON")},
+	}
+	start := time.Unix(1_763_790_000, 0)
+	w.check(answers, start)
+	if got := w.conflicts.Load(); got != 2 {
+		t.Fatalf("conflicts = %d, want 2 (p2's overlapping range, p3's worker ID)\n%s", got, logs.String())
+	}
+	count := func() int { return strings.Count(logs.String(), "worker-ID range conflicts") }
+	if n := count(); n != 2 {
+		t.Fatalf("%d warnings after the first check, want 2:\n%s", n, logs.String())
+	}
+	w.check(answers, start.Add(30*time.Second))
+	if n := count(); n != 2 {
+		t.Fatalf("%d warnings after a second check within WarnEvery, want still 2", n)
+	}
+	w.check(answers, start.Add(time.Minute))
+	if n := count(); n != 4 {
+		t.Fatalf("%d warnings after WarnEvery, want 4", n)
+	}
+}
