@@ -63,16 +63,24 @@ func TestRegistrySwitchWhileZKDown(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	zk := testenv.StartZooKeeper(t)
 	zkAddr := zk.Addr()
-	zk.Stop()
 	dir := t.TempDir()
 	common := []string{"--nats", srv.URL(), "--node-id", "disp-1", "--http", ""}
+	zkFlags := []string{"--worker-registry", "zk", "--zk", zkAddr, "--advertise", "127.0.0.1:7101"}
 
 	kv := startBinary(t, dir, append(common, "--worker-registry", "kv")...)
 	_, worker := binSnowflakes(t, srv.URL(), 1000)
 	stopBinary(t, kv)
 
-	code, stderr, took := runToExit(t, 30*time.Second, nil, append(common, "--data-dir", dir,
-		"--worker-registry", "zk", "--zk", zkAddr, "--advertise", "127.0.0.1:7101", "--start-timeout", "3s")...)
+	// The operator moves the deployment to ZooKeeper (the deployment record would
+	// refuse the switch otherwise: the first line of defence), then ZooKeeper goes
+	// down before the node's restart: the cache file is the second line.
+	set := append(append([]string{"deployment", "set"}, common...), zkFlags...)
+	if code, out, _ := runToExit(t, 30*time.Second, nil, append(set, "--confirm")...); code != 0 {
+		t.Fatalf("deployment set --worker-registry zk: exit %d:\n%s", code, out)
+	}
+	zk.Stop()
+
+	code, stderr, took := runToExit(t, 30*time.Second, nil, append(append(common, "--data-dir", dir, "--start-timeout", "3s"), zkFlags...)...)
 	t.Logf("exit %d after %v:\n%s", code, took.Round(time.Millisecond), stderr)
 	if code == 0 {
 		t.Fatal("the restart with --worker-registry zk exited 0, want a refusal")
@@ -250,9 +258,12 @@ func TestTwoZKNamesOneDeployment(t *testing.T) {
 		"disp-2": fmt.Sprintf("http://127.0.0.1:%d", p2),
 	})
 	time.Sleep(300 * time.Millisecond) // disp-1 serves under load when disp-2 comes
+	// The deployment record refuses it, naming the flag; were the record gone (a
+	// dispenser of an older version wrote nothing), the worker record's fence would
+	// (TestStaticWorkerIDTwice shows the fence where the record lets both start).
 	second := spawnBinary(t, node("disp-2", "leaf", "127.0.0.1:7202", p2)...)
 	waitRefusal(t, second, 20*time.Second, "disp-2",
-		"worker ID 0 is held by node disp-1", "the same --worker-registry, ZooKeeper and --zk-name")
+		`the deployment's is "zk /snowflake/leaf-prod", this dispenser's is "zk /snowflake/leaf"`, "--zk-name leaf-prod")
 	time.Sleep(500 * time.Millisecond) // disp-1 goes on serving
 	checkFleet(t, stop(), "disp-1")
 	_ = first
