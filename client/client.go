@@ -379,7 +379,7 @@ func (c *Client) checkedRequest(ctx context.Context, msg *nats.Msg) (*nats.Msg, 
 	}
 	// Without a responder the server answers with a bare 503 status (the
 	// no-responders feature); nats.go's own Request turns that into ErrNoResponders.
-	if len(reply.Data) == 0 && reply.Header.Get("Status") == "503" {
+	if wire.NoResponders(reply.Header, reply.Data) {
 		return nil, nats.ErrNoResponders
 	}
 	return reply, nil

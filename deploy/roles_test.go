@@ -341,8 +341,8 @@ func TestRoles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ask leaf.time: %v", err)
 		}
-		if m.Header.Get(workerid.NodeIDHeader) != "node-1" {
-			t.Fatalf("leaf.time answered by %q, want node-1", m.Header.Get(workerid.NodeIDHeader))
+		if m.Header.Get(wire.NodeIDHeader) != "node-1" {
+			t.Fatalf("leaf.time answered by %q, want node-1", m.Header.Get(wire.NodeIDHeader))
 		}
 	}) {
 		t.FailNow()

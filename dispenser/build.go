@@ -109,7 +109,7 @@ func (d *Dispenser) openSegmentStore(ctx context.Context) error {
 		d.onClose("mysql segment store", store.Close)
 		d.store = store
 	} else {
-		store, err := segment.OpenKVStore(ctx, d.js, cfg.Prefix+"_segments", cfg.KVReplicas)
+		store, err := segment.OpenKVStore(ctx, d.js, wire.Subjects{Prefix: cfg.Prefix}.Bucket(wire.BucketSegments), cfg.KVReplicas)
 		if err != nil {
 			return fmt.Errorf("open segment store: %w", err)
 		}

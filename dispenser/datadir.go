@@ -10,6 +10,7 @@ import (
 
 	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -37,7 +38,7 @@ func (d *Dispenser) lockDataDir(context.Context) error {
 // segmentStoreOnDisk reports whether dir holds the embedded server's stream of the
 // segments bucket (<prefix>_segments), in any account.
 func segmentStoreOnDisk(dir, prefix string) (bool, error) {
-	pattern := filepath.Join(globQuote(dir), "jetstream", "*", "streams", "KV_"+prefix+"_segments")
+	pattern := filepath.Join(globQuote(dir), "jetstream", "*", "streams", wire.KVStream(wire.Subjects{Prefix: prefix}.Bucket(wire.BucketSegments)))
 	found, err := filepath.Glob(pattern)
 	if err != nil {
 		return false, fmt.Errorf("--data-dir %s: look for a segment store: %w", dir, err)

@@ -114,7 +114,7 @@ func fanIn(ctx context.Context, nc *nats.Conn, subject string) ([]*nats.Msg, err
 		m, err := s.NextMsgWithContext(wait)
 		cancel()
 		switch {
-		case errors.Is(err, nats.ErrNoResponders), err == nil && m.Header.Get("Status") == "503":
+		case errors.Is(err, nats.ErrNoResponders), err == nil && wire.NoResponders(m.Header, m.Data):
 			return out, nil
 		case err != nil && len(out) > 0:
 			return out, nil

@@ -16,13 +16,10 @@ import (
 )
 
 // A forwarded request is a NATS request from a follower to the leader's inbox for the
-// tag: header TagHeader names the tag, the body holds the counts of the requests it
+// tag: header wire.TagHeader names the tag, the body holds the counts of the requests it
 // carries, in decimal, separated by single spaces ("1 1 5"). The answer holds all
 // their IDs in order, as 8-byte big-endian integers (the binary encoding), or the
 // service error headers. Followers split the IDs in the order of the counts.
-
-// TagHeader names the tag of a forwarded request.
-const TagHeader = "Leaf-Tag"
 
 // forwarder is a tag's queue of requests that TryFill could not serve: requests for
 // another dispenser's leader, and requests that wait for a leader (a hand-over, this
@@ -298,7 +295,7 @@ func (m *Manager) sendTo(ctx context.Context, ts *tagState, h *holder, batch []*
 		body = strconv.AppendInt(body, int64(len(p.dst)), 10)
 		total += len(p.dst)
 	}
-	msg := &nats.Msg{Subject: h.rec.Subject, Header: nats.Header{TagHeader: []string{ts.name}}, Data: body}
+	msg := &nats.Msg{Subject: h.rec.Subject, Header: nats.Header{wire.TagHeader: []string{ts.name}}, Data: body}
 	floor := ts.passed.Load()
 	ts.forwardMessages.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -362,8 +359,8 @@ func (m *Manager) forwarded(ts *tagState, t *term) nats.MsgHandler {
 		// Each count is bounded by MaxForward rather than MaxBatch, so that a follower
 		// configured with a larger --max-batch is not refused by the leader.
 		total, err := parseCounts(msg.Data, m.cfg.MaxForward, m.cfg.MaxForward)
-		if err == nil && msg.Header.Get(TagHeader) != ts.name {
-			err = wire.BadRequest("forwarded request for tag %s reached the leader of tag %q", wire.Quote(msg.Header.Get(TagHeader)), ts.name)
+		if err == nil && msg.Header.Get(wire.TagHeader) != ts.name {
+			err = wire.BadRequest("forwarded request for tag %s reached the leader of tag %q", wire.Quote(msg.Header.Get(wire.TagHeader)), ts.name)
 		}
 		if err == nil {
 			ids := make([]int64, total)

@@ -181,13 +181,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.marks.Store(newMarkSet(cfg.FoldCase, mem.all()))
 	m.states.Store(&map[string]*tagState{})
 	m.optsCfg = jetstream.KeyValueConfig{
-		Bucket:      m.subjects.Bucket("tagopts"),
+		Bucket:      m.subjects.Bucket(wire.BucketTagOpts),
 		Description: "leafbus: segment tag options leaf_alloc has no column for (monotonic), by tag",
 		History:     5,
 		Replicas:    cfg.Replicas,
 	}
 	m.leadersCfg = jetstream.KeyValueConfig{
-		Bucket:      m.subjects.Bucket("leaders"),
+		Bucket:      m.subjects.Bucket(wire.BucketLeaders),
 		Description: "leafbus: leases of the leaders of monotonic tags, by tag; records live twice the lease TTL",
 		TTL:         recordTTL(cfg.LeaseTTL),
 		Replicas:    cfg.Replicas,

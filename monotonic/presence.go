@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Every Manager keeps a presence record in <prefix>_leaders, key dispensers.<instance>
@@ -194,7 +195,7 @@ func (m *Manager) settledEarly(ctx context.Context, ts *tagState) bool {
 func (m *Manager) presenceBehind(ctx context.Context, rev uint64, tag string) (behind []string, busy bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	defer cancel()
-	stream, err := m.cfg.JetStream.Stream(ctx, "KV_"+m.leaders.Bucket())
+	stream, err := m.cfg.JetStream.Stream(ctx, wire.KVStream(m.leaders.Bucket()))
 	if err != nil {
 		return nil, false, fmt.Errorf("presence records: %w", err)
 	}

@@ -176,7 +176,7 @@ func (m *Manager) watch(ctx context.Context, b bucketWatch, synced func()) {
 // streamState is the last revision (stream sequence) written to kv's bucket, and when
 // its stream was created.
 func (m *Manager) streamState(ctx context.Context, kv jetstream.KeyValue) (uint64, time.Time, error) {
-	stream, err := m.cfg.JetStream.Stream(ctx, "KV_"+kv.Bucket())
+	stream, err := m.cfg.JetStream.Stream(ctx, wire.KVStream(kv.Bucket()))
 	if err != nil {
 		return 0, time.Time{}, err
 	}

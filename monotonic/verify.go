@@ -143,7 +143,7 @@ func (m *Manager) ping(ctx context.Context, subject string) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	if msg.Header.Get("Status") == "503" && len(msg.Data) == 0 {
+	if wire.NoResponders(msg.Header, msg.Data) {
 		return nil, nats.ErrNoResponders
 	}
 	return msg, nil

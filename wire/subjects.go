@@ -13,7 +13,8 @@ const DefaultPrefix = "leaf"
 // this package needs nothing but the standard library).
 const (
 	EncodingHeader         = "Leaf-Encoding"
-	NodeIDHeader           = "Leaf-Node-Id"
+	NodeIDHeader           = "Leaf-Node-Id" // names the answering node on leaf.time
+	TagHeader              = "Leaf-Tag"     // names the tag of a request a follower forwards to a monotonic tag's leader
 	ServiceErrorCodeHeader = "Nats-Service-Error-Code"
 	ServiceErrorHeader     = "Nats-Service-Error"
 )

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/leafbus/leafbus/internal/kvbucket"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -40,12 +40,14 @@ type Record struct {
 	Released  bool   `json:"released,omitempty"`
 }
 
-// WorkerKey is the forever bucket's key of worker ID id's record ("worker-3"): what must
-// never repeat is a (worker ID, timestamp) pair, whichever node holds the ID.
-func WorkerKey(id int64) string { return "worker-" + strconv.FormatInt(id, 10) }
+// WorkerKey is the forever bucket's key of worker ID id's record ("worker-3",
+// wire.WorkerKey).
+func WorkerKey(id int64) string { return wire.WorkerKey(id) }
 
 // ForeverBucket is the name of the forever bucket for a subject prefix ("leaf_forever").
-func ForeverBucket(prefix string) string { return prefix + "_forever" }
+func ForeverBucket(prefix string) string {
+	return wire.Subjects{Prefix: prefix}.Bucket(wire.BucketForever)
+}
 
 // Forever is the <prefix>_forever KV bucket: one key per node ID holding that node's last
 // Record (Leaf's leaf_forever ZooKeeper node). It is safe for concurrent use.

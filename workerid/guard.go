@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -46,12 +47,8 @@ const (
 	DefaultReadTimeout = 2 * time.Second
 )
 
-// NodeIDHeader names the responding node on answers to <prefix>.time, so a starting
-// node can ignore its own answer.
-const NodeIDHeader = "Leaf-Node-Id"
-
 // TimeSubject is the subject of the peer time check for a prefix ("leaf.time").
-func TimeSubject(prefix string) string { return prefix + ".time" }
+func TimeSubject(prefix string) string { return wire.Subjects{Prefix: prefix}.Time() }
 
 // GuardConfig configures a Guard. Start from DefaultGuardConfig.
 type GuardConfig struct {
@@ -386,7 +383,7 @@ func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 
 	msg := nats.NewMsg(subject)
 	msg.Reply = inbox
-	msg.Header.Set(NodeIDHeader, g.cfg.NodeID)
+	msg.Header.Set(wire.NodeIDHeader, g.cfg.NodeID)
 	sent := g.cfg.Clock.Now()
 	if err := nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("clock guard: peer time check: ask %s: %w", subject, err)
@@ -405,15 +402,15 @@ func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 			break // the window is over
 		}
 		recv := g.cfg.Clock.Now()
-		if m.Header.Get("Status") == "503" { // the server's "no responders": nobody runs
+		if wire.NoResponders(m.Header, m.Data) { // nobody runs
 			continue
 		}
-		if peer := m.Header.Get(NodeIDHeader); peer == g.cfg.NodeID {
+		if peer := m.Header.Get(wire.NodeIDHeader); peer == g.cfg.NodeID {
 			continue // our own responder
 		}
 		peerMs, err := strconv.ParseInt(strings.TrimSpace(string(m.Data)), 10, 64)
 		if err != nil {
-			log.Warn("peer time check: ignoring an answer that is not Unix ms", "peer", m.Header.Get(NodeIDHeader), "body", string(m.Data))
+			log.Warn("peer time check: ignoring an answer that is not Unix ms", "peer", m.Header.Get(wire.NodeIDHeader), "body", string(m.Data))
 			continue
 		}
 		// Compare with our clock half-way between asking and hearing back: the peer read

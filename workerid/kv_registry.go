@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/internal/kvbucket"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -137,7 +138,7 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	leases, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Prefix + "_leases",
+		Bucket:      wire.Subjects{Prefix: cfg.Prefix}.Bucket(wire.BucketLeases),
 		Description: "leafbus: snowflake worker ID leases, by worker ID",
 		TTL:         cfg.TTL,
 		Replicas:    cfg.Replicas,
@@ -154,7 +155,7 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 			ErrInvalidConfig, leases.Bucket(), st.TTL(), cfg.TTL)
 	}
 	workers, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Prefix + "_workers",
+		Bucket:      wire.Subjects{Prefix: cfg.Prefix}.Bucket(wire.BucketWorkers),
 		Description: "leafbus: highest timestamp recorded per snowflake worker ID",
 		Replicas:    cfg.Replicas,
 	})

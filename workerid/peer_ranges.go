@@ -271,7 +271,7 @@ func fanIn(ctx context.Context, nc *nats.Conn, subject string, window time.Durat
 			return out, nil
 		case err != nil:
 			return out, err
-		case m.Header.Get("Status") == "503":
+		case wire.NoResponders(m.Header, m.Data):
 			return out, nil // no responders
 		}
 		out = append(out, m)

@@ -14,7 +14,7 @@ import (
 )
 
 // TimeResponder answers <prefix>.time with this node's clock as Unix ms in decimal, and
-// names the node in the NodeIDHeader header, for the peer time check of nodes that start
+// names the node in the wire.NodeIDHeader header, for the peer time check of nodes that start
 // for the first time. It subscribes without a queue group: every dispenser answers.
 type TimeResponder struct {
 	nc      *nats.Conn
@@ -99,7 +99,7 @@ func (r *TimeResponder) answer(m *nats.Msg) {
 		return
 	}
 	reply := nats.NewMsg(m.Reply)
-	reply.Header.Set(NodeIDHeader, r.nodeID)
+	reply.Header.Set(wire.NodeIDHeader, r.nodeID)
 	reply.Data = strconv.AppendInt(nil, r.clock.Now().UnixMilli(), 10)
 	if err := m.RespondMsg(reply); err != nil {
 		r.log.Warn("time responder: reply failed", "err", err)

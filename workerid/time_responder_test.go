@@ -8,6 +8,7 @@ import (
 
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 func TestTimeResponder(t *testing.T) {
@@ -25,8 +26,8 @@ func TestTimeResponder(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		if got := m.Header.Get(NodeIDHeader); got != "p1" {
-			t.Fatalf("%s header = %q, want p1", NodeIDHeader, got)
+		if got := m.Header.Get(wire.NodeIDHeader); got != "p1" {
+			t.Fatalf("%s header = %q, want p1", wire.NodeIDHeader, got)
 		}
 		body = string(m.Data)
 		return true

@@ -10,13 +10,6 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-// The status NATS itself answers with when nothing subscribes to a request's subject: an
-// empty body with this header. nats.go keeps the two names unexported.
-const (
-	statusHeader       = "Status"
-	noRespondersStatus = "503"
-)
-
 // Keys of the errors-by-code table besides the service codes themselves.
 const (
 	errKeyNoResponders = "no_responders"
@@ -57,7 +50,7 @@ func parseReply(h nats.Header, data []byte, batch int, enc wire.Encoding, dst []
 	if code := h.Get(wire.ServiceErrorCodeHeader); code != "" {
 		return dst, wire.ReplyError(code, h.Get(wire.ServiceErrorHeader))
 	}
-	if len(data) == 0 && h.Get(statusHeader) == noRespondersStatus {
+	if wire.NoResponders(h, data) {
 		return dst, nats.ErrNoResponders
 	}
 	start := len(dst)

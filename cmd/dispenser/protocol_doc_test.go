@@ -29,7 +29,6 @@ import (
 
 	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/internal/testutil"
-	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -477,16 +476,13 @@ func liveCodeNames(t *testing.T) codeNames {
 		headers: map[string]bool{
 			wire.EncodingHeader: true, wire.NodeIDHeader: true,
 			wire.ServiceErrorCodeHeader: true, wire.ServiceErrorHeader: true,
-			monotonic.TagHeader: true,
+			wire.TagHeader: true,
 			// What a pool feeder sends with each batch (PROTOCOL.md "Feeding a pool").
 			jetstream.MsgIDHeader: true, jetstream.ExpectedStreamHeader: true, jetstream.ExpectedLastSeqHeader: true,
 		},
 		buckets: map[string]bool{},
 		streams: map[string]bool{},
 		tables:  map[string]bool{},
-	}
-	if workerid.NodeIDHeader != wire.NodeIDHeader {
-		t.Errorf("workerid.NodeIDHeader %q differs from wire.NodeIDHeader %q", workerid.NodeIDHeader, wire.NodeIDHeader)
 	}
 	for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
 		code.subjects[subj.Pool(kind, "*")] = true

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // A KV watcher sends its "initial values done" marker (a nil entry) when the pending
@@ -29,7 +31,7 @@ type Streams interface {
 // a watch is checked.
 func Keys(ctx context.Context, js Streams, kv jetstream.KeyValue) (map[string]struct{}, error) {
 	prefix := "$KV." + kv.Bucket() + "."
-	stream, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	stream, err := js.Stream(ctx, wire.KVStream(kv.Bucket()))
 	if err != nil {
 		return nil, fmt.Errorf("KV bucket %s: its stream: %w", kv.Bucket(), err)
 	}
