@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -84,7 +85,7 @@ func Compare(rec wire.Deployment, own Own) (diffs []Difference, add bool) {
 			What:     "snowflake layout",
 			Recorded: describeBits(l),
 			Own:      describeBits(o),
-			Fix:      fmt.Sprintf("run a leafbus whose layout is %s", describeBits(l)),
+			Fix:      layoutFix(l),
 		})
 	}
 	covered := false
@@ -207,4 +208,14 @@ func usedBy(all []wire.DeployedRegistry, id int64) bool {
 		}
 	}
 	return false
+}
+
+// layoutFix is the flag that gives a dispenser the recorded layout l, or, for bits no
+// named layout has, what leafbus to run.
+func layoutFix(l wire.DeployedLayout) string {
+	name := snowflake.Layout{TimeBits: l.TimeBits, WorkerBits: l.WorkerBits, SequenceBits: l.SequenceBits}.Name()
+	if _, err := snowflake.NamedLayout(name); err == nil {
+		return "start it with --snowflake-layout " + name
+	}
+	return fmt.Sprintf("run a leafbus whose layout is %s", describeBits(l))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
+	"github.com/leafbus/leafbus/workerid"
 )
 
 // step is one stage of New. A step that builds something that must be undone registers
@@ -35,7 +36,8 @@ func (d *Dispenser) steps() []step {
 		{"segment marks", d.openMarks},
 		{"segment store", d.openSegmentStore},
 		{"worker registry", d.openRegistry},
-		{"deployment", d.checkDeployment}, // deployment.go: before anything is created, taken or served
+		{"snowflake layout", d.checkPeerLayouts}, // before the deployment record: a refused start writes none
+		{"deployment", d.checkDeployment},        // deployment.go: before anything is created, taken or served
 		{"segment tags", d.createTags},
 		{"segment store check", d.checkStoreMarks},
 		{"restore check", d.checkRestore}, // datadir.go
@@ -53,6 +55,13 @@ func (d *Dispenser) steps() []step {
 		{"service", d.startService},
 		{"http", d.startHTTP},
 	}
+}
+
+// checkPeerLayouts refuses to start beside a live dispenser of another snowflake layout,
+// seen through $SRV: the deployment record holds the layout too, but a fleet of
+// dispensers from before the record (and the flag: Leaf's layout) wrote none.
+func (d *Dispenser) checkPeerLayouts(ctx context.Context) error {
+	return workerid.CheckPeerLayouts(ctx, d.nc, d.cfg.Prefix, d.cfg.Layout().Name(), "")
 }
 
 // startNATS starts the embedded server (or not, with --nats) and opens the connection the
@@ -235,6 +244,10 @@ func (d *Dispenser) startService(context.Context) error {
 		wire.MetaWorkerIDMin: strconv.FormatInt(cfg.WorkerIDMin, 10),
 		wire.MetaWorkerIDMax: strconv.FormatInt(cfg.WorkerIDMax, 10),
 	}
+	layout := cfg.Layout()
+	svcCfg.Metadata[wire.MetaSnowflakeLayout] = layout.Name()
+	svcCfg.Metadata[wire.MetaSnowflakeWorkers] = strconv.FormatInt(layout.MaxWorkerID()+1, 10)
+	svcCfg.Metadata[wire.MetaSnowflakePerMs] = strconv.FormatInt(layout.MaxSequence()+1, 10)
 	// The worker ID is asked for each answer: after a lost lease the worker keeper moves
 	// the generator to a new one, and discovery and the peers must see that one.
 	svcCfg.LiveMetadata = func() map[string]string {

@@ -71,10 +71,15 @@ type Config struct {
 	WorkerIDMin int64
 	WorkerIDMax int64
 
-	MaxBatch      int
-	Pools         pools.Specs
-	Epoch         int64 // snowflake epoch, Unix ms
-	DenseSequence bool
+	MaxBatch int
+	Pools    pools.Specs
+	Epoch    int64 // snowflake epoch, Unix ms
+	// SnowflakeLayout names the snowflake bit layout (--snowflake-layout):
+	// snowflake.LayoutLeaf (Leaf's 41+10+12, the default) or snowflake.LayoutJS53 (every
+	// ID at or below 2^53-1). With a layout of fewer worker IDs than Leaf's, a
+	// WorkerIDMax left at Leaf's 1023 means the layout's highest.
+	SnowflakeLayout string
+	DenseSequence   bool
 
 	ClockWaitMax time.Duration
 	PeerSkewMax  time.Duration
@@ -116,26 +121,27 @@ const (
 // worker-ID leases in JetStream KV under ./leafbus-data, the node named after the host.
 func DefaultConfig() Config {
 	return Config{
-		Listen:         "127.0.0.1:4222",
-		DataDir:        "./leafbus-data",
-		Prefix:         wire.DefaultPrefix,
-		NodeID:         defaultNodeID(),
-		KVReplicas:     1,
-		SegmentStore:   "kv",
-		SampleTag:      true,
-		WorkerRegistry: "kv",
-		WorkerID:       -1,
-		ZKName:         "leafbus",
-		LeaseTTL:       30 * time.Second,
-		WorkerIDMax:    snowflake.DefaultLayout().MaxWorkerID(),
-		MaxBatch:       wire.DefaultMaxBatch,
-		Epoch:          snowflake.DefaultLayout().Epoch,
-		PeerSkewMax:    5 * time.Second,
-		ClockJumpMax:   time.Hour,
-		BorrowMax:      time.Second,
-		HTTP:           httpapi.DefaultAddr,
-		MetricsMaxTags: metrics.DefaultMaxTags,
-		StartTimeout:   30 * time.Second,
+		Listen:          "127.0.0.1:4222",
+		DataDir:         "./leafbus-data",
+		Prefix:          wire.DefaultPrefix,
+		NodeID:          defaultNodeID(),
+		KVReplicas:      1,
+		SegmentStore:    "kv",
+		SampleTag:       true,
+		WorkerRegistry:  "kv",
+		WorkerID:        -1,
+		ZKName:          "leafbus",
+		LeaseTTL:        30 * time.Second,
+		WorkerIDMax:     snowflake.DefaultLayout().MaxWorkerID(),
+		MaxBatch:        wire.DefaultMaxBatch,
+		Epoch:           snowflake.DefaultLayout().Epoch,
+		SnowflakeLayout: snowflake.LayoutLeaf,
+		PeerSkewMax:     5 * time.Second,
+		ClockJumpMax:    time.Hour,
+		BorrowMax:       time.Second,
+		HTTP:            httpapi.DefaultAddr,
+		MetricsMaxTags:  metrics.DefaultMaxTags,
+		StartTimeout:    30 * time.Second,
 
 		MonotonicLeaseTTL: monotonic.DefaultConfig().LeaseTTL,
 	}
@@ -145,6 +151,7 @@ func DefaultConfig() Config {
 // naming the flag, its value and what is allowed. It reports every mistake, not only the
 // first.
 func (c Config) Validate() error {
+	c = c.resolveLayout()
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if err := wire.CheckPrefix(c.Prefix); err != nil {
@@ -171,7 +178,9 @@ func (c Config) Validate() error {
 	default:
 		add("--segment-store %q: want kv or mysql", c.SegmentStore)
 	}
-	if err := c.Layout().Validate(); err != nil {
+	if _, err := snowflake.NamedLayout(c.SnowflakeLayout); err != nil {
+		add("--snowflake-layout: %w", err)
+	} else if err := c.Layout().Validate(); err != nil {
 		add("--epoch %d: %w", c.Epoch, err)
 	}
 	errs = append(errs, c.checkRegistry()...)
@@ -279,11 +288,24 @@ func (c Config) checkClock() []error {
 	return errs
 }
 
-// Layout is the snowflake bit layout: Leaf's, with the configured epoch.
+// Layout is the snowflake bit layout named by SnowflakeLayout, with the configured epoch.
 func (c Config) Layout() snowflake.Layout {
-	l := snowflake.DefaultLayout()
+	l, err := snowflake.NamedLayout(c.SnowflakeLayout)
+	if err != nil {
+		l = snowflake.DefaultLayout() // Validate has refused the name
+	}
 	l.Epoch = c.Epoch
 	return l
+}
+
+// resolveLayout is c with a WorkerIDMax left at Leaf's highest worker ID narrowed to the
+// layout's (31 with js53): the default means "every worker ID of the layout", and no
+// larger value fits a narrower one.
+func (c Config) resolveLayout() Config {
+	if leaf := snowflake.DefaultLayout().MaxWorkerID(); c.WorkerIDMax == leaf {
+		c.WorkerIDMax = min(leaf, c.Layout().MaxWorkerID())
+	}
+	return c
 }
 
 // connConfig is how to reach --nats, naming the connection.

@@ -104,6 +104,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Dispenser, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.resolveLayout()
 	d := &Dispenser{
 		cfg:     cfg,
 		opts:    options{logger: slog.New(slog.DiscardHandler), clock: snowflake.SystemClock()},

@@ -124,6 +124,7 @@ func (d *Dispenser) keeperConfig() workerid.KeeperConfig {
 			},
 			Every:     d.opts.peerCheckEvery,
 			WarnEvery: d.opts.peerWarnEvery,
+			Layout:    cfg.Layout().Name(),
 		},
 		Logger: d.log.With("component", "worker", "registry", cfg.WorkerRegistry),
 	}

@@ -112,7 +112,7 @@ func ParseDeployment(b []byte) (Deployment, error) {
 }
 
 // Validate checks a record: the version, known kinds with identities, registries whose
-// ranges are valid and shared only by entries of one registry, a layout of 63 bits, and
+// ranges are valid and shared only by entries of one registry, a layout of at most 63 bits (53 with js53), and
 // valid monotonic tags, sorted and each once. Errors wrap ErrBadDeployment.
 func (d Deployment) Validate() error {
 	var errs []error
@@ -142,8 +142,8 @@ func (d Deployment) Validate() error {
 		}
 	}
 	l := d.Snowflake
-	if l.TimeBits < 1 || l.WorkerBits < 1 || l.SequenceBits < 1 || l.TimeBits+l.WorkerBits+l.SequenceBits != 63 || l.Epoch < 0 {
-		add("snowflake layout %d/%d/%d bits, epoch %d: want positive bits that sum to 63 and an epoch >= 0", l.TimeBits, l.WorkerBits, l.SequenceBits, l.Epoch)
+	if l.TimeBits < 1 || l.WorkerBits < 1 || l.SequenceBits < 1 || l.TimeBits+l.WorkerBits+l.SequenceBits > 63 || l.Epoch < 0 {
+		add("snowflake layout %d/%d/%d bits, epoch %d: want positive bits that sum to at most 63 and an epoch >= 0", l.TimeBits, l.WorkerBits, l.SequenceBits, l.Epoch)
 	}
 	for i, tag := range d.MonotonicTags {
 		if err := CheckTag(tag); err != nil {

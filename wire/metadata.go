@@ -8,4 +8,11 @@ const (
 	MetaWorkerID    = "worker_id"     // the snowflake worker ID in use now
 	MetaWorkerIDMin = "worker_id_min" // --worker-id-min
 	MetaWorkerIDMax = "worker_id_max" // --worker-id-max
+
+	// The snowflake layout (--snowflake-layout) and what it holds: its name ("leaf",
+	// "js53"), how many worker IDs it has and how many IDs one worker issues in one
+	// millisecond. Every dispenser of a deployment must run one layout.
+	MetaSnowflakeLayout  = "snowflake_layout"
+	MetaSnowflakeWorkers = "snowflake_workers"
+	MetaSnowflakePerMs   = "snowflake_ids_per_ms"
 )

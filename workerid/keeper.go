@@ -504,7 +504,7 @@ func IsRefusal(err error) bool {
 		ErrClockBehindRecord, ErrPeerSkew,
 		ErrZKAddressInUse, ErrIdentityInUse,
 		ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange,
-		ErrWorkerIDInUse, ErrCorruptCacheFile,
+		ErrWorkerIDInUse, ErrCorruptCacheFile, ErrPeerLayout,
 		context.Canceled,
 	} {
 		if errors.Is(err, refusal) {

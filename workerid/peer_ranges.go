@@ -56,6 +56,9 @@ type PeersConfig struct {
 	// Every is how often the peers are asked (0: DefaultPeerCheckEvery), WarnEvery how
 	// often one peer's conflict is logged again (0: DefaultPeerWarnEvery).
 	Every, WarnEvery time.Duration
+	// Layout is the name of this node's snowflake layout (snowflake.Layout.Name); a peer
+	// running another is a conflict. "" skips the comparison.
+	Layout string
 }
 
 func (c PeersConfig) validate() error {
@@ -76,7 +79,12 @@ type peer struct {
 	workerID int64 // -1: not published
 	rng      Range
 	hasRange bool
+	layout   string // its snowflake layout's name
 }
+
+// legacyLayout is the layout of a peer that publishes none: one from before
+// --snowflake-layout, which had Leaf's alone.
+const legacyLayout = "leaf"
 
 // parsePeer reads an $SRV.INFO answer.
 func parsePeer(data []byte) (peer, error) {
@@ -85,7 +93,10 @@ func parsePeer(data []byte) (peer, error) {
 		return peer{}, err
 	}
 	m := info.Metadata
-	p := peer{instance: info.ID, nodeID: m[wire.MetaNodeID], workerID: -1}
+	p := peer{instance: info.ID, nodeID: m[wire.MetaNodeID], workerID: -1, layout: m[wire.MetaSnowflakeLayout]}
+	if p.layout == "" {
+		p.layout = legacyLayout
+	}
 	if w, err := strconv.ParseInt(m[wire.MetaWorkerID], 10, 64); err == nil {
 		p.workerID = w
 	}
@@ -100,7 +111,15 @@ func parsePeer(data []byte) (peer, error) {
 // rangeConflict says what is wrong with peer p next to a node of node ID nodeID with
 // worker ID workerID and range mine; "" when nothing is.
 func rangeConflict(nodeID string, workerID int64, mine Range, p peer) string {
+	return peerConflict(nodeID, workerID, mine, "", p)
+}
+
+// peerConflict is rangeConflict that also compares the snowflake layout (layout "":
+// not compared).
+func peerConflict(nodeID string, workerID int64, mine Range, layout string, p peer) string {
 	switch {
+	case layout != "" && p.layout != layout:
+		return layoutConflict(layout, p)
 	case p.hasRange && mine.Conflicts(p.rng):
 		return fmt.Sprintf("its worker IDs %s overlap this node's %s without being the same range: two deployments whose registries cannot see each other may hand out the same worker ID; give each datacenter a range of its own, disjoint from the others' (--worker-id-min, --worker-id-max), and every dispenser of one datacenter the same range",
 			p.rng, mine)
@@ -207,7 +226,7 @@ func (w *peerRanges) check(answers []*nats.Msg, now time.Time) {
 		if err != nil || (self != "" && p.instance == self) {
 			continue
 		}
-		reason := rangeConflict(w.nodeID, workerID, mine, p)
+		reason := peerConflict(w.nodeID, workerID, mine, w.cfg.Layout, p)
 		if reason == "" {
 			continue
 		}
@@ -276,4 +295,48 @@ func fanIn(ctx context.Context, nc *nats.Conn, subject string, window time.Durat
 		}
 		out = append(out, m)
 	}
+}
+
+// layoutConflict says why a peer with another snowflake layout than this node's
+// (layout) is a misconfiguration.
+func layoutConflict(layout string, p peer) string {
+	return fmt.Sprintf("it runs the %s snowflake layout, this node the %s one: every dispenser of a deployment must run one layout (--snowflake-layout), or their IDs' bits mean different things", p.layout, layout)
+}
+
+// ErrPeerLayout is returned by CheckPeerLayouts when a live dispenser of the service
+// runs another snowflake layout than this node.
+var ErrPeerLayout = errors.New("a peer dispenser runs another snowflake layout")
+
+// CheckPeerLayouts asks every live dispenser of service ($SRV.INFO) which snowflake
+// layout it runs and refuses (ErrPeerLayout, naming each) when one runs another than
+// layout: a dispenser that publishes none runs Leaf's, the only one before
+// --snowflake-layout, so a fleet of older dispensers is seen too, not only one that
+// wrote the deployment record. self is this node's own service instance, skipped. With
+// no answer, or no permission to ask, there is nothing to compare.
+func CheckPeerLayouts(ctx context.Context, nc *nats.Conn, service, layout, self string) error {
+	subject, err := micro.ControlSubject(micro.InfoVerb, service, "")
+	if err != nil {
+		return err
+	}
+	answers, err := fanIn(ctx, nc, subject, peerWindow)
+	if err != nil && !errors.Is(err, errPeersRefused) && ctx.Err() != nil {
+		return err
+	}
+	var found []string
+	for _, m := range answers {
+		p, err := parsePeer(m.Data)
+		if err != nil || p.instance == self || p.layout == layout {
+			continue
+		}
+		found = append(found, fmt.Sprintf("node %s (instance %s) runs %s", wire.Quote(p.nodeID), wire.Quote(p.instance), wire.Quote(p.layout)))
+		if len(found) == 5 {
+			found = append(found, "...")
+			break
+		}
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("%w: this node runs the %s layout, but %s: start it with the deployment's --snowflake-layout, or stop those first",
+			ErrPeerLayout, layout, strings.Join(found, "; "))
+	}
+	return nil
 }

@@ -43,6 +43,25 @@ func TestRangeConflict(t *testing.T) {
 	}
 }
 
+// TestLayoutConflict: a peer running another snowflake layout than this node's is a
+// conflict of the periodic check; one that publishes none runs Leaf's.
+func TestLayoutConflict(t *testing.T) {
+	js := peer{nodeID: "js", workerID: 1, layout: "js53"}
+	if got := peerConflict("a1", 0, Range{Max: 31}, "js53", js); got != "" {
+		t.Errorf("a js53 peer of a js53 node: conflict %q, want none", got)
+	}
+	p, err := parsePeer([]byte(`{"id":"x","metadata":{"node_id":"old","worker_id":"1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := peerConflict("a1", 0, Range{Max: 31}, "js53", p); !strings.Contains(got, "runs the leaf snowflake layout, this node the js53 one") {
+		t.Errorf("a peer without layout metadata next to a js53 node: conflict %q, want the leaf/js53 layouts named", got)
+	}
+	if got := peerConflict("a1", 0, Range{Max: 31}, "", js); got != "" {
+		t.Errorf("with the layout comparison off: conflict %q, want none", got)
+	}
+}
+
 // infoAnswer is an $SRV.INFO answer of instance with metadata.
 func infoAnswer(t *testing.T, instance string, metadata map[string]string) *nats.Msg {
 	t.Helper()
