@@ -51,7 +51,7 @@ test: deps
 # bodies). make test runs them for 2 s each; make fuzz FUZZTIME=10m digs deeper. A
 # failure leaves the input under the package's testdata/fuzz, where it stays a test.
 FUZZTIME ?= 60s
-FUZZ_TARGETS := wire:FuzzParseCount wire:FuzzParseID wire:FuzzDecodeIDs wire:FuzzNames bus:FuzzAdminBodies
+FUZZ_TARGETS := wire:FuzzParseCount wire:FuzzParseID wire:FuzzDecodeIDs wire:FuzzNames wire:FuzzTagEncodings bus:FuzzAdminBodies
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; log=$$(mktemp); \
