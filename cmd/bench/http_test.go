@@ -174,6 +174,8 @@ func TestLeafURL(t *testing.T) {
 		{"http://h:8080", wire.Segment, "leaf-segment-test", 1, "http://h:8080/api/segment/get/leaf-segment-test"},
 		{"http://h:8080/", wire.Snowflake, "any", 5, "http://h:8080/api/snowflake/get/any?count=5"},
 		{"http://h/leaf", wire.Segment, "a_b", 1, "http://h/leaf/api/segment/get/a_b"},
+		{"http://h", wire.Segment, "com.acme.order", 2, "http://h/api/segment/get/com.acme.order/?count=2"},
+		{"http://h", wire.Segment, "order:create 订单", 1, "http://h/api/segment/get/order:create%20%E8%AE%A2%E5%8D%95"},
 	} {
 		if got := leafURL(tt.base, tt.kind, tt.tag, tt.n); got != tt.want {
 			t.Errorf("leafURL(%q, %v, %q, %d) = %q, want %q", tt.base, tt.kind, tt.tag, tt.n, got, tt.want)
