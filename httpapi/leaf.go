@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
@@ -21,7 +22,7 @@ type Core interface {
 	MaxBatch() int
 	WaitMax() time.Duration
 	Get(ctx context.Context, r core.Request, dst []int64) core.Answer
-	Decode(id int64) (snowflake.Decoded, error)
+	Layout() snowflake.Layout
 }
 
 var _ Core = (*core.Core)(nil)
@@ -39,7 +40,7 @@ const maxFormBytes = 64 << 10
 // leaf serves every path that is not this project's own: Leaf's mappings, which answer
 // any method like GET (HEAD without the body), as @RequestMapping with no method does.
 func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
-	rt, key, err := leafMatch(r.URL.EscapedPath())
+	rt, key, ext, err := leafMatch(r.URL.EscapedPath())
 	if err != nil {
 		code, desc := core.CodeOf(err)
 		writeError(w, code, desc)
@@ -62,21 +63,25 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rt {
 	case routeSegment:
-		s.serveIDs(w, r, wire.Segment, key)
+		s.serveIDs(w, r, wire.Segment, key, ext)
 	case routeSnowflake:
-		s.serveIDs(w, r, wire.Snowflake, key)
+		s.serveIDs(w, r, wire.Snowflake, key, ext)
 	case routeDecode:
 		s.serveDecode(w, r)
-	case routeCache, routeDB:
-		http.Redirect(w, r, "/", http.StatusFound)
+	case routeCache:
+		s.serveCache(w, r)
+	case routeDB:
+		s.serveDB(w, r)
 	}
 }
 
 // serveIDs answers one ID as plain decimal, or ?count=N IDs one per line, with no
-// trailing newline: the NATS text reply, by the same rules.
-func (s *Server) serveIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag string) {
+// trailing newline: the NATS text reply, by the same rules. The content type is Spring's
+// choice (negotiate.go): application/json for an Accept naming a JSON type or a .json
+// suffix, text/plain otherwise; the body is the same.
+func (s *Server) serveIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag, ext string) {
 	start := time.Now()
-	n, err := s.writeIDs(w, r, kind, tag)
+	n, err := s.writeIDs(w, r, kind, tag, ext)
 	code := http.StatusOK
 	if err != nil {
 		var desc string
@@ -94,9 +99,15 @@ func (s *Server) serveIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind
 }
 
 // writeIDs writes the IDs and returns how many, or the error to answer instead.
-func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag string) (int, error) {
+func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag, ext string) (int, error) {
 	if err := wire.CheckTag(tag); err != nil {
-		return 0, err
+		if kind == wire.Segment {
+			return 0, err
+		}
+		// Leaf's snowflake IDs ignore the key, so no key is a reason to refuse one. A
+		// valid tag still finds its snowflake pool; any other key (it is bounded by the
+		// request line's size and never stored) finds none.
+		tag = ""
 	}
 	count, _, err := param(w, r, "count")
 	if err != nil {
@@ -113,21 +124,27 @@ func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind
 	if a.Err != nil {
 		return 0, a.Err
 	}
+	ctype := contentText
+	if wantsJSON(ext, r.Header["Accept"]) {
+		ctype = contentJSON
+	}
 	if a.Reply != nil {
-		writeBody(w, contentText, a.Reply)
+		writeBody(w, ctype, a.Reply)
 		return n, nil
 	}
 	bp := s.getBuf(n * wire.MaxTextID)
 	b := wire.AppendIDs((*bp)[:0], a.IDs, wire.Text)
-	writeBody(w, contentText, b)
+	writeBody(w, ctype, b)
 	*bp = b
 	s.bufs.Put(bp)
 	return n, nil
 }
 
-// serveDecode answers Leaf's /decodeSnowflakeId JSON. Leaf builds it in a HashMap and
-// formats the time with SimpleDateFormat("yyyy-MM-dd HH:mm:ss.SSS") in the JVM's
-// default zone; the key order is PROTOCOL.md's.
+// serveDecode answers Leaf's /decodeSnowflakeId JSON (LeafMonitorController): for any
+// value of snowflakeId, 200 and a JSON object. A value Java's Long.parseLong reads is
+// taken apart with Leaf's arithmetic on a signed long, so zero and negative numbers are
+// decoded too; any other value gets Leaf's {"errorMsg":...}. Only a missing parameter is
+// an error (400, as Spring answers a missing required @RequestParam).
 func (s *Server) serveDecode(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	body, err := s.decode(w, r)
@@ -150,29 +167,90 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) ([]byte, error) 
 	if !present {
 		return nil, wire.BadRequest("required parameter 'snowflakeId' is not present")
 	}
-	id, err := wire.ParseID([]byte(v))
-	if err != nil {
-		return nil, err
+	id, ok := parseJavaLong(v)
+	if !ok {
+		return []byte(leafDecodeError), nil
 	}
-	d, err := s.cfg.Core.Decode(id)
-	if err != nil {
-		return nil, err
-	}
-	return leafDecodeJSON(d.Timestamp, d.WorkerID, d.Sequence, s.cfg.Location), nil
+	ms, worker, seq := leafDecode(s.cfg.Core.Layout(), id)
+	return leafDecodeJSON(ms, worker, seq, s.cfg.Location), nil
+}
+
+// leafDecodeError is Leaf's answer to a snowflakeId that is not a long, verbatim.
+const leafDecodeError = `{"errorMsg":"snowflake Id反解析发生异常!"}`
+
+// leafDecode takes id apart as Leaf does, with l's bits and epoch: arithmetic shifts of
+// a signed long, so a negative id has a timestamp before the epoch and its low bits as
+// worker and sequence.
+func leafDecode(l snowflake.Layout, id int64) (ms, worker, seq int64) {
+	ms = id>>(l.WorkerBits+l.SequenceBits) + l.Epoch
+	worker = id >> l.SequenceBits & (1<<l.WorkerBits - 1)
+	seq = id & (1<<l.SequenceBits - 1)
+	return ms, worker, seq
 }
 
 // leafDecodeJSON is Leaf's answer: every value a JSON string, the time local to loc.
+// Leaf builds it in a java.util.HashMap, which Jackson writes in the map's bucket order:
+// workerId, sequenceId, timestamp (their String.hashCode spread over 16 buckets: 2, 13
+// and 15).
 func leafDecodeJSON(ms, worker, seq int64, loc *time.Location) []byte {
 	b := make([]byte, 0, 112)
-	b = append(b, `{"timestamp":"`...)
-	b = strconv.AppendInt(b, ms, 10)
-	b = append(b, '(')
-	b = time.UnixMilli(ms).In(loc).AppendFormat(b, "2006-01-02 15:04:05.000")
-	b = append(b, `)","workerId":"`...)
+	b = append(b, `{"workerId":"`...)
 	b = strconv.AppendInt(b, worker, 10)
 	b = append(b, `","sequenceId":"`...)
 	b = strconv.AppendInt(b, seq, 10)
-	return append(b, `"}`...)
+	b = append(b, `","timestamp":"`...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, '(')
+	b = time.UnixMilli(ms).In(loc).AppendFormat(b, "2006-01-02 15:04:05.000")
+	return append(b, `)"}`...)
+}
+
+// parseJavaLong is Java's Long.parseLong(s): an optional sign, then decimal digits (any
+// Unicode decimal digit in the Basic Multilingual Plane, as Character.digit reads them:
+// "١٢٣" is 123), within a signed 64-bit integer; nothing else, not even white space.
+func parseJavaLong(s string) (int64, bool) {
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	if s == "" {
+		return 0, false
+	}
+	// Accumulate negatively, as Java does, so that the most negative long fits.
+	const minInt64 = -1 << 63
+	var n int64
+	for _, r := range s {
+		d := decimalDigit(r)
+		if d < 0 || n < minInt64/10 || n*10 < minInt64+int64(d) {
+			return 0, false
+		}
+		n = n*10 - int64(d)
+	}
+	if neg {
+		return n, true
+	}
+	if n == minInt64 {
+		return 0, false
+	}
+	return -n, true
+}
+
+// decimalDigit is Character.digit(r, 10): the value of a decimal digit (Unicode category
+// Nd) of the Basic Multilingual Plane, -1 for anything else. Java reads a string by its
+// UTF-16 units, so a digit outside the plane (a surrogate pair) is no digit. Every block
+// of Nd digits runs from its zero to its nine.
+func decimalDigit(r rune) int {
+	if '0' <= r && r <= '9' {
+		return int(r - '0')
+	}
+	if r > 0xFFFF || !unicode.IsDigit(r) {
+		return -1
+	}
+	zero := r
+	for zero > 0 && unicode.IsDigit(zero-1) {
+		zero--
+	}
+	return int(r-zero) % 10
 }
 
 // param reads a request parameter as Spring's @RequestParam String does: from the query
