@@ -314,7 +314,16 @@ type docNames struct {
 
 // notSubjects are tokens that look like subjects of the default prefix but are not.
 var notSubjects = map[string]string{
-	"leaf.name": "Leaf's configuration key, the ZooKeeper path name (--zk-name)",
+	"leaf.name":                 "Leaf's configuration key, the ZooKeeper path name (--zk-name)",
+	"leaf.properties":           "Leaf's configuration file (--leaf-properties)",
+	"leaf.segment.enable":       "Leaf's configuration key",
+	"leaf.jdbc.url":             "Leaf's configuration key",
+	"leaf.jdbc.username":        "Leaf's configuration key",
+	"leaf.jdbc.password":        "Leaf's configuration key",
+	"leaf.snowflake.enable":     "Leaf's configuration key",
+	"leaf.snowflake.zk.address": "Leaf's configuration key",
+	"leaf.snowflake.port":       "Leaf's configuration key",
+	"leaf.snowflake.mode":       "a Leaf fork's configuration key",
 }
 
 // Subject-like tokens: dot-separated parts, each a name, a <placeholder>, * or >.

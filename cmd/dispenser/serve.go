@@ -42,6 +42,9 @@ func (m *Main) ParseFlags(args []string) error {
 // it. A clean stop returns nil. A failed start has been undone when Run returns.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.Config.logger(m.Stderr)
+	for _, note := range m.Config.notes {
+		m.log.Warn("--leaf-properties: "+note, "file", m.Config.LeafProperties)
+	}
 	if m.Config.CPUProfile != "" {
 		// The whole process as deployed: how the dispenser spends its CPU, which
 		// benchmarks inside one process (the load client sharing the runtime) do not show.
