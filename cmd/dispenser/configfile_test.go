@@ -175,9 +175,13 @@ func TestLeafProperties(t *testing.T) {
 		check               func(Config) bool
 	}{
 		{"SegmentOnly", "leaf.segment.enable=TRUE\nleaf.jdbc.url=jdbc:mysql://db/leaf\nleaf.jdbc.username=u\nleaf.snowflake.enable=false\n", "",
-			func(c Config) bool { return c.SegmentStore == "mysql" && c.WorkerRegistry == "kv" && c.HTTP == "127.0.0.1:8080" }},
+			func(c Config) bool {
+				return c.SegmentStore == "mysql" && c.WorkerRegistry == "kv" && c.HTTP == "127.0.0.1:8080"
+			}},
 		{"SnowflakeOnly", "leaf.name=n\nleaf.segment.enable=no\nleaf.snowflake.zk.address=zk:2181\nleaf.snowflake.port=8080\n", "",
-			func(c Config) bool { return c.SegmentStore == "kv" && c.WorkerRegistry == "zk" && c.Advertise == "10.1.2.3:8080" }},
+			func(c Config) bool {
+				return c.SegmentStore == "kv" && c.WorkerRegistry == "zk" && c.Advertise == "10.1.2.3:8080"
+			}},
 		{"ErrSegmentWithoutURL", "leaf.snowflake.enable=false\n", "leaf.jdbc.url is missing", nil},
 		{"ErrSnowflakeWithoutZK", "leaf.segment.enable=false\nleaf.name=n\nleaf.snowflake.port=8080\n", "leaf.snowflake.zk.address is missing", nil},
 		{"ErrSnowflakeWithoutName", "leaf.segment.enable=false\nleaf.snowflake.zk.address=zk:2181\nleaf.snowflake.port=8080\n", "leaf.name is missing", nil},
