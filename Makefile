@@ -23,9 +23,8 @@ build:
 	$(GO) build ./...
 
 # deps installs MariaDB, ZooKeeper, Chromium and Java (JDK, Spring Web, Jackson) when any of
-# their files is missing; it does
-# nothing (in about 0.1 s) when they are there. apt needs root: as another user it says what
-# to run.
+# their files is missing; it does nothing (in about 0.1 s) when they are there. apt needs
+# root: as another user it says what to run.
 deps:
 	@missing=""; for f in $(DEPS_FILES); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing java"; \
