@@ -80,7 +80,7 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
 // choice (negotiate.go): application/json for an Accept naming a JSON type or a .json
 // suffix, text/plain otherwise; the body is the same.
 func (s *Server) serveIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind, tag, ext string) {
-	start := time.Now()
+	start := s.mono()
 	n, err := s.writeIDs(w, r, kind, tag, ext)
 	code := http.StatusOK
 	if err != nil {
@@ -118,8 +118,8 @@ func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind
 		return 0, err
 	}
 	ids := s.getIDs(n)
-	defer s.ids.Put(&ids)
-	a := s.cfg.Core.Get(r.Context(), core.Request{Kind: kind, Tag: tag, Count: n, Encoding: wire.Text}, ids)
+	defer s.ids.Put(ids)
+	a := s.cfg.Core.Get(r.Context(), core.Request{Kind: kind, Tag: tag, Count: n, Encoding: wire.Text}, *ids)
 	defer a.Release()
 	if a.Err != nil {
 		return 0, a.Err
@@ -146,7 +146,7 @@ func (s *Server) writeIDs(w http.ResponseWriter, r *http.Request, kind wire.Kind
 // decoded too; any other value gets Leaf's {"errorMsg":...}. Only a missing parameter is
 // an error (400, as Spring answers a missing required @RequestParam).
 func (s *Server) serveDecode(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := s.mono()
 	body, err := s.decode(w, r)
 	code := http.StatusOK
 	if err != nil {
@@ -274,17 +274,26 @@ func param(w http.ResponseWriter, r *http.Request, name string) (v string, prese
 	return strings.Join(values, ","), true, nil
 }
 
-func (s *Server) observe(kind string, code int, start time.Time, n int) {
+// observe tells the metrics about one answer of kind, started at start (s.mono).
+func (s *Server) observe(kind string, code int, start time.Duration, n int) {
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.Observe(metrics.HTTP, kind, code, time.Since(start).Seconds(), n)
+		s.cfg.Metrics.Observe(metrics.HTTP, kind, code, (s.mono() - start).Seconds(), n)
 	}
 }
 
-func (s *Server) getIDs(n int) []int64 {
+// mono is the time since the server was made, on the monotonic clock alone: one clock
+// read where time.Now takes two (the wall clock too), and requests are timed twice.
+func (s *Server) mono() time.Duration { return time.Since(s.epoch) }
+
+// getIDs returns a slice of n IDs from the pool. The same pointer goes back to the pool
+// (s.ids.Put): a new pointer to the slice would be an allocation per request.
+func (s *Server) getIDs(n int) *[]int64 {
 	if p, ok := s.ids.Get().(*[]int64); ok && cap(*p) >= n {
-		return (*p)[:n]
+		*p = (*p)[:n]
+		return p
 	}
-	return make([]int64, n, max(n, 16))
+	ids := make([]int64, n, max(n, 16))
+	return &ids
 }
 
 func (s *Server) getBuf(n int) *[]byte {
@@ -300,7 +309,9 @@ func (s *Server) getBuf(n int) *[]byte {
 var (
 	textHeader = []string{contentText}
 	jsonHeader = []string{contentJSON}
-	oneDigit   = [...][]string{{"0"}, {"1"}, {"2"}, {"3"}, {"4"}, {"5"}, {"6"}, {"7"}, {"8"}, {"9"}}
+	// lengths are the Content-Length values of bodies up to one snowflake ID (19 digits).
+	lengths = [...][]string{{"0"}, {"1"}, {"2"}, {"3"}, {"4"}, {"5"}, {"6"}, {"7"}, {"8"}, {"9"},
+		{"10"}, {"11"}, {"12"}, {"13"}, {"14"}, {"15"}, {"16"}, {"17"}, {"18"}, {"19"}, {"20"}}
 )
 
 // writeBody answers 200 with b; HEAD gets the same headers and no body.
@@ -314,8 +325,8 @@ func writeBody(w http.ResponseWriter, contentType string, b []byte) {
 	default:
 		h.Set("Content-Type", contentType)
 	}
-	if len(b) < len(oneDigit) {
-		h["Content-Length"] = oneDigit[len(b)]
+	if len(b) < len(lengths) {
+		h["Content-Length"] = lengths[len(b)]
 	} else {
 		h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	}
