@@ -299,3 +299,13 @@ func TestPrintConfig(t *testing.T) {
 		t.Errorf("round trip: %+v", c.Config)
 	}
 }
+
+// TestGCPercent: the dispenser collects garbage at GOGC=400 unless GOGC is set.
+func TestGCPercent(t *testing.T) {
+	if pct, ok := gcPercent(func(string) string { return "" }); !ok || pct != 400 {
+		t.Errorf("without GOGC: %d, %v; want 400, true", pct, ok)
+	}
+	if _, ok := gcPercent(func(k string) string { return map[string]string{"GOGC": "100"}[k] }); ok {
+		t.Error("GOGC=100 in the environment is overridden")
+	}
+}
