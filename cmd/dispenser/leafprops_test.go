@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,6 +77,19 @@ func newLeafShop(t *testing.T) *leafShop {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Leaf's database user, with the grants README's migration steps name: a dispenser
+	// that serves the table needs nothing more than Leaf does.
+	user, password := "leaf_"+cfg.DBName, "s3cret:@/pw"
+	for _, stmt := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'",
+		"GRANT SELECT, UPDATE ON `" + cfg.DBName + "`.leaf_alloc TO '" + user + "'@'%'",
+	} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() { db.Exec("DROP USER '" + user + "'@'%'") }) //nolint:errcheck // the server may be gone
+	cfg.User, cfg.Passwd = user, password
 	ip, err := firstIPv4()
 	if err != nil {
 		t.Skipf("this host has no IPv4 address besides loopback, which a Leaf server needs: %v", err)
@@ -217,5 +231,21 @@ func TestBinaryLeafProperties(t *testing.T) {
 	}
 	if !strings.Contains(httpGet("/db"), "<td>订单</td>") {
 		t.Error("/db does not show the Chinese row")
+	}
+	// What leafbus adds to Leaf's tree (README, "Migrating from a running Leaf"): the
+	// ephemeral alive node of this ip:port under /snowflake/<name>/leafbus, nothing else.
+	for path, want := range map[string]string{
+		"/snowflake/" + shop.name:                    "forever leafbus",
+		"/snowflake/" + shop.name + "/leafbus":       "alive",
+		"/snowflake/" + shop.name + "/leafbus/alive": shop.advertise,
+	} {
+		children, _, err := shop.zk.Children(path)
+		slices.Sort(children)
+		if err != nil || strings.Join(children, " ") != want {
+			t.Errorf("%s holds %q (%v), want %q", path, children, err, want)
+		}
+	}
+	if _, stat, err := shop.zk.Get("/snowflake/" + shop.name + "/leafbus/alive/" + shop.advertise); err != nil || stat.EphemeralOwner == 0 {
+		t.Errorf("the alive node: %+v, %v; want an ephemeral node", stat, err)
 	}
 }
