@@ -229,8 +229,22 @@ func TestBinaryLeafProperties(t *testing.T) {
 	if children, _, err := shop.zk.Children(forever); err != nil || len(children) != 4 {
 		t.Errorf("%s holds %v (%v): want the four Leaf nodes and no new one", forever, children, err)
 	}
-	if !strings.Contains(httpGet("/db"), "<td>订单</td>") {
-		t.Error("/db does not show the Chinese row")
+	// Where a person reads a tag, it is the tag as it is, never its encoding.
+	for what, page := range map[string]string{
+		"/db":                       httpGet("/db"),
+		"the status page":           httpGet("/"),
+		"/metrics":                  httpGet("/metrics"),
+		"dispenser tag list":        runTagCmd(t, "list", "--nats", b.url),
+		"dispenser tag list --json": runTagCmd(t, "list", "--json", "--nats", b.url),
+	} {
+		for _, tag := range []string{"com.acme.order", "order:create", "order create", "订单"} {
+			if !strings.Contains(page, tag) {
+				t.Errorf("%s does not show the tag %q", what, tag)
+			}
+		}
+		if strings.Contains(page, "%E8%AE%A2") || strings.Contains(page, "=E8=AE=A2") {
+			t.Errorf("%s shows a tag's encoding", what)
+		}
 	}
 	// What leafbus adds to Leaf's tree (README, "Migrating from a running Leaf"): the
 	// ephemeral alive node of this ip:port under /snowflake/<name>/leafbus, nothing else.
