@@ -502,9 +502,8 @@ func TestNewTagServedAtOnce(t *testing.T) {
 	if err := g.Fill(context.Background(), "fresh", dst); err != nil || dst[0] != 1 || dst[1] != 2 {
 		t.Fatalf("Fill after AddTag = %v, %v; want 1 2", err, dst)
 	}
-	if b := g.bufferOf("fresh"); b == nil {
-		t.Fatal("a looked-up tag is not resident")
-	}
+	// The load answers its waiters before it moves the buffer into the map.
+	waitFor(t, "the looked-up tag resident", func() bool { return g.bufferOf("fresh") != nil })
 	if ok, err := g.TryFill("fresh", dst); !ok || err != nil || dst[0] != 3 {
 		t.Fatalf("TryFill after the lookup = %v, %v, %v; want 3 4", ok, err, dst)
 	}
