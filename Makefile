@@ -10,6 +10,10 @@ DEPS_FILES := /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/share/java/zoo
 # for it to render text with (the test checks the visible text and saves a screenshot).
 DEPS_PKGS += chromium fonts-dejavu-core
 DEPS_FILES += /usr/bin/chromium /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+# The Java stack of a Leaf client (cmd/dispenser's TestJavaLeafClient compiles and runs
+# one with javac): a JDK, Spring Web 4.3's RestTemplate and Jackson 2.
+DEPS_PKGS += default-jdk-headless libspring-web-java libjackson2-databind-java
+DEPS_FILES += /usr/bin/javac /usr/share/java/spring3-web.jar /usr/share/java/jackson-databind.jar
 
 .PHONY: all test deps build vet fmt bench fuzz alloc
 
@@ -18,9 +22,9 @@ all: build
 build:
 	$(GO) build ./...
 
-# deps installs MariaDB, ZooKeeper and Chromium when any of their files is missing; it does
-# nothing (in about 0.1 s) when they are there. apt needs root: as another user it says what
-# to run.
+# deps installs MariaDB, ZooKeeper, Chromium and Java (JDK, Spring Web, Jackson) when any of
+# their files is missing; it does nothing (in about 0.1 s) when they are there. apt needs
+# root: as another user it says what to run.
 deps:
 	@missing=""; for f in $(DEPS_FILES); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing java"; \
@@ -74,7 +78,7 @@ alloc:
 # a test. Targets are found by name wherever they live (one package each).
 FUZZTIME ?= 60s
 TEST_FUZZTIME := 10000x
-FUZZ_TARGETS := FuzzParseCount FuzzParseID FuzzDecodeIDs FuzzAppendIDs FuzzNames FuzzAdminBodies
+FUZZ_TARGETS := FuzzParseCount FuzzParseID FuzzDecodeIDs FuzzAppendIDs FuzzNames FuzzTagEncodings FuzzAdminBodies
 fuzz:
 	@for fn in $(FUZZ_TARGETS); do \
 		pkg=$$(grep -rlE --include='*_test.go' "^func $$fn\(" . | xargs -r -n1 dirname | sort -u); \

@@ -342,10 +342,12 @@ func (s *Service) handleIDs(kind wire.Kind) handler {
 // codeOK is the code an Observer is told for a success, as HTTP has it.
 const codeOK = 200
 
-// parseIDsRequest reads an ID request: the tag from the subject, the count from the
-// body and the encoding from its header.
-func (s *Service) parseIDsRequest(kind wire.Kind, tag string, m *nats.Msg) (core.Request, error) {
-	if err := wire.CheckTag(tag); err != nil {
+// parseIDsRequest reads an ID request: the tag from the subject's last token (in the
+// tag encoding: a plain token is the tag itself, without an allocation), the count from
+// the body and the encoding from its header.
+func (s *Service) parseIDsRequest(kind wire.Kind, token string, m *nats.Msg) (core.Request, error) {
+	tag, err := wire.ParseTagToken(token)
+	if err != nil {
 		return core.Request{}, err
 	}
 	n, err := wire.ParseCount(m.Data, s.maxBatch)

@@ -250,7 +250,7 @@ func TestBufferErrors(t *testing.T) {
 		wantErr error
 	}{
 		{"ErrNotFound", newBufferClient(t, nc), "missing", wire.ErrNotFound},
-		{"ErrBadRequest", newBufferClient(t, nc), "bad%tag", wire.ErrBadRequest},
+		{"ErrBadRequest", newBufferClient(t, nc), "bad\ntag", wire.ErrBadRequest},
 		{"ErrNoResponders", newBufferClient(t, nc, client.WithPrefix("nobody")), "orders", nats.ErrNoResponders},
 	}
 	for _, tt := range tests {

@@ -196,6 +196,10 @@ func (c *Core) MaxBatch() int { return c.cfg.MaxBatch }
 // WaitMax is how long a request may wait at most.
 func (c *Core) WaitMax() time.Duration { return c.cfg.WaitMax }
 
+// Layout is the snowflake layout IDs are decoded with (Leaf's decodeSnowflakeId takes
+// apart any long, which Decode refuses below 1).
+func (c *Core) Layout() snowflake.Layout { return c.cfg.Layout }
+
 // Decode takes a snowflake ID apart with the configured layout.
 func (c *Core) Decode(id int64) (snowflake.Decoded, error) {
 	return c.cfg.Layout.Decode(id)

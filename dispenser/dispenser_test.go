@@ -99,8 +99,8 @@ func TestNewRefuses(t *testing.T) {
 	if _, err := newTest(t, testConfig(t), WithClock(nil)); err == nil {
 		t.Error("New with WithClock(nil) succeeded")
 	}
-	if _, err := newTest(t, testConfig(t), WithTags(segment.Tag{Name: "no spaces", Step: 1})); err == nil {
-		t.Error(`New with WithTags of the tag "no spaces" succeeded`)
+	if _, err := newTest(t, testConfig(t), WithTags(segment.Tag{Name: "no\ncontrol", Step: 1})); err == nil {
+		t.Error(`New with WithTags of a tag holding a newline succeeded`)
 	}
 }
 

@@ -64,11 +64,9 @@ func (d *Dispenser) startHTTP(context.Context) error {
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: client.RedactURLs(d.clientURL), SegmentStore: cfg.SegmentStore,
 			Sources: d.sources(),
 			Cluster: httpapi.Discover(d.nc, cfg.Prefix),
+			Rows:    d.store, // the store's rows (leaf_alloc with MySQL), as Leaf's /db page shows them
 		},
 		Logger: d.log.With("component", "http"),
-	}
-	if cfg.SegmentStore == "mysql" {
-		hc.Status.Rows = d.store // Leaf's leaf_alloc rows, as its /db page shows them
 	}
 	srv, err := httpapi.New(cfg.HTTP, hc)
 	if err != nil {

@@ -158,12 +158,19 @@ func (w *deniedWatch) option() nats.Option {
 			if prev != nil {
 				prev(nc, sub, err)
 			}
-			if errors.Is(err, nats.ErrPermissionViolation) {
+			if errors.Is(err, nats.ErrPermissionViolation) && !optionalDenied(err) {
 				w.report(err)
 			}
 		}
 		return nil
 	}
+}
+
+// optionalDenied reports whether a permissions violation is on a subject the dispenser
+// can do without: asking its peers through $SRV (the snowflake layout and worker-ID
+// range checks say themselves that they are off where the user may not ask).
+func optionalDenied(err error) bool {
+	return strings.Contains(err.Error(), `"$SRV.`)
 }
 
 func (w *deniedWatch) report(err error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
@@ -14,7 +15,7 @@ import (
 
 // benchHandler is the whole HTTP face with real generators and metrics, without a
 // network: what one request costs inside the dispenser.
-func benchHandler(b *testing.B) http.Handler {
+func benchHandler(b testing.TB) http.Handler {
 	segs, _ := newSegments(b, segment.Tag{Name: "orders", MaxID: 1, Step: 100_000})
 	sf, err := snowflake.New(snowflake.Config{WorkerID: 1})
 	if err != nil {
@@ -49,4 +50,30 @@ func BenchmarkSnowflakeOne(b *testing.B) { benchmarkPath(b, "/api/snowflake/get/
 func BenchmarkSegmentBatch(b *testing.B) { benchmarkPath(b, "/api/segment/get/orders?count=100") }
 func BenchmarkDecodeSnowflake(b *testing.B) {
 	benchmarkPath(b, "/decodeSnowflakeId?snowflakeId=1860000000000000000")
+}
+
+// nopWriter is a ResponseWriter that keeps nothing, so that what a request allocates
+// is the handler's alone.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}
+
+// TestIDRequestAllocatesNothing: a Leaf ID request answered from memory (routing, the
+// core, content negotiation, the reply, the metrics) allocates nothing in the handler;
+// net/http's own allocations per request are the same for any handler.
+func TestIDRequestAllocatesNothing(t *testing.T) {
+	if testutil.RaceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	h := benchHandler(t)
+	w := &nopWriter{h: http.Header{}}
+	for _, target := range []string{"/api/segment/get/orders", "/api/snowflake/get/orders", "/api/segment/get/orders.json"} {
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		req.Header.Set("Accept", "text/plain, application/json, application/*+json, */*")
+		if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, req) }); n != 0 {
+			t.Errorf("GET %s: %v allocations per request, want 0", target, n)
+		}
+	}
 }

@@ -43,15 +43,22 @@ const (
 )
 
 // leafMatch maps the escaped path of a request to a Leaf mapping and, for the ID paths,
-// the key; a path Tomcat refuses is a 400 error.
-func leafMatch(escaped string) (route, string, error) {
+// the key; ext is the path's file extension as Spring's content negotiation reads it
+// (after the last dot of the last segment, none after a trailing slash): ".json" asks
+// for JSON. A path Tomcat refuses is a 400 error.
+func leafMatch(escaped string) (rt route, key, ext string, err error) {
 	var buf [8]string // room for the usual paths, so that nothing escapes to the heap
 	segs, trailing, err := leafPath(escaped, buf[:0])
 	if err != nil {
-		return routeNone, "", err
+		return routeNone, "", "", err
 	}
-	rt, key := leafRoute(segs, trailing)
-	return rt, key, nil
+	rt, key = leafRoute(segs, trailing)
+	if n := len(segs); n > 0 && !trailing {
+		if i := strings.LastIndexByte(segs[n-1], '.'); i >= 0 {
+			ext = segs[n-1][i+1:]
+		}
+	}
+	return rt, key, ext, nil
 }
 
 // leafPath turns the escaped path of a request into the segments Tomcat and Spring

@@ -207,6 +207,10 @@ func TestSlowClients(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
 	cfg.ReadHeaderTimeout, cfg.MaxHeaderBytes = 200*time.Millisecond, 4096
 	_, addr := startServer(t, cfg)
+	cfg2 := httpapi.DefaultConfig()
+	cfg2.ReadTimeout = 300 * time.Millisecond
+	cfg2.Core = coreOf(t, nil)
+	_, addr2 := startServer(t, cfg2)
 
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -221,6 +225,23 @@ func TestSlowClients(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("a half-sent header held the connection %v, want about ReadHeaderTimeout (200ms)", d)
+	}
+
+	// A body sent too slowly, whether the handler reads it (a POST form) or not (the
+	// server discards it): the connection is closed after ReadTimeout.
+	for _, target := range []string{"/api/segment/get/s01", "/healthz"} {
+		slowBody, err := net.Dial("tcp", addr2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(slowBody, "POST "+target+" HTTP/1.1\r\nHost: leaf\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ncount=1")
+		slowBody.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start = time.Now()
+		io.ReadAll(slowBody) //nolint:errcheck // an answer or none: the time is what counts
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("POST %s: a body cut short held the connection %v, want about ReadTimeout (300ms)", target, d)
+		}
+		slowBody.Close()
 	}
 
 	big := raw(t, addr, "GET", "/healthz", []string{"X-Big: " + strings.Repeat("a", 8192)}, "")

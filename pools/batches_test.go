@@ -140,7 +140,9 @@ func TestNew(t *testing.T) {
 		{"ErrInvalidPool/SizeOverLimit", Config{Specs: []Spec{{wire.Segment, "a", wire.MaxBatchLimit + 1, 2}}, Segments: seg}, ErrInvalidPool},
 		{"ErrInvalidPool/DepthZero", Config{Specs: []Spec{{wire.Segment, "a", 10, 0}}, Segments: seg}, ErrInvalidPool},
 		{"ErrInvalidPool/DepthOverMax", Config{Specs: []Spec{{wire.Segment, "a", 10, MaxDepth + 1}}, Segments: seg}, ErrInvalidPool},
-		{"ErrInvalidPool/BadTag", Config{Specs: []Spec{{wire.Segment, "a b", 10, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/BadTag", Config{Specs: []Spec{{wire.Segment, "a\nb", 10, 2}}, Segments: seg}, ErrInvalidPool},
+		{"ErrInvalidPool/ConsumerNameTooLong", Config{Specs: []Spec{{wire.Segment, strings.Repeat("订", 28), 10, 2}}, Segments: seg}, ErrInvalidPool},
+		{"OK/LeafTag", Config{Specs: []Spec{{wire.Segment, "order:create 订单", 10, 2}}, Segments: seg}, nil},
 		{"ErrInvalidPool/BadKind", Config{Specs: []Spec{{wire.Kind(7), "a", 10, 2}}, Segments: seg}, ErrInvalidPool},
 		{"ErrInvalidPool/NegativeIdle", Config{IdleAfter: -time.Second}, ErrInvalidPool},
 	}

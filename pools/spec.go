@@ -21,7 +21,13 @@ type Spec struct {
 // this keeps a pool's memory bounded.
 const MaxDepth = 4096
 
-// ParseSpec reads the --pool form kind:tag:size:depth, e.g. segment:orders:1000:64.
+// maxConsumerName is the longest name JetStream gives a consumer: a pool's consumer
+// (wire.PoolConsumer) must fit, which bounds how long a pool's encoded tag may be.
+const maxConsumerName = 255
+
+// ParseSpec reads the --pool form kind:tag:size:depth, e.g. segment:orders:1000:64. The
+// tag is written in the subject encoding (wire.TagToken), so that a tag holding ':' or
+// ',' (which separates pools in LEAFBUS_POOL) fits: segment:order%3Acreate:1000:64.
 func ParseSpec(s string) (Spec, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) != 4 {
@@ -36,9 +42,13 @@ func ParseSpec(s string) (Spec, error) {
 	default:
 		return Spec{}, fmt.Errorf("pool %q: kind %q is not segment or snowflake", s, parts[0])
 	}
-	sp.Tag = parts[1]
-	if err := segment.CheckTagName(sp.Tag); err != nil {
-		return Spec{}, fmt.Errorf("pool %q: %w", s, err)
+	tag, err := wire.ParseTagToken(parts[1])
+	if err != nil {
+		return Spec{}, fmt.Errorf("pool %q: %w: %w", s, segment.ErrInvalidTag, err)
+	}
+	sp.Tag = tag
+	if c := wire.PoolConsumer(sp.Kind, tag); len(c) > maxConsumerName {
+		return Spec{}, fmt.Errorf("pool %q: %w: the pool's consumer name %s would have %d characters, more than JetStream's %d", s, segment.ErrInvalidTag, wire.Quote(c), len(c), maxConsumerName)
 	}
 	size, err := strconv.Atoi(parts[2])
 	if err != nil || size < 1 || size > wire.MaxBatchLimit {
@@ -52,8 +62,9 @@ func ParseSpec(s string) (Spec, error) {
 	return sp, nil
 }
 
+// String is the --pool form ParseSpec reads, the tag as its subject token.
 func (s Spec) String() string {
-	return fmt.Sprintf("%s:%s:%d:%d", s.Kind, s.Tag, s.Size, s.Depth)
+	return fmt.Sprintf("%s:%s:%d:%d", s.Kind, wire.TagToken(s.Tag), s.Size, s.Depth)
 }
 
 // Specs is a repeatable --pool flag.

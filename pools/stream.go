@@ -392,7 +392,7 @@ func (s *Stream) feed(ctx context.Context, p *streamPool) {
 			}
 			pending = &streamBatch{
 				body:  wire.AppendIDs(make([]byte, 0, len(ids)*maxTextBytesPerID), ids, wire.Text),
-				msgID: p.spec.Kind.String() + "." + p.spec.Tag + "." + strconv.FormatInt(ids[0], 10),
+				msgID: p.spec.Kind.String() + "." + wire.TagToken(p.spec.Tag) + "." + strconv.FormatInt(ids[0], 10),
 			}
 		}
 		res, err := s.publish(ctx, p, pending)

@@ -229,12 +229,14 @@ func TestStreamSetUp(t *testing.T) {
 	specs := []Spec{
 		{Kind: wire.Segment, Tag: "orders", Size: 100, Depth: 5},
 		{Kind: wire.Snowflake, Tag: "events", Size: 50, Depth: 3},
+		{Kind: wire.Segment, Tag: "order:create 订单", Size: 10, Depth: 2},
 	}
 	s := mustNewStream(t, StreamConfig{JetStream: js, Specs: specs,
 		Segments: &countingSource{}, Snowflakes: snowflakeFake{&countingSource{next: 1 << 40}}})
 	testutil.Run(t, "Stream.Run", s.Run)
 	waitCount(t, js, "leaf.pool.segment.orders", 5)
 	waitCount(t, js, "leaf.pool.snowflake.events", 3)
+	waitCount(t, js, "leaf.pool.segment.order%3Acreate%20%E8%AE%A2%E5%8D%95", 2)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -250,6 +252,7 @@ func TestStreamSetUp(t *testing.T) {
 	for _, want := range []struct{ name, filter string }{
 		{"segment_orders", "leaf.pool.segment.orders"},
 		{"snowflake_events", "leaf.pool.snowflake.events"},
+		{"segment_order%3Acreate%20%E8%AE%A2%E5%8D%95", "leaf.pool.segment.order%3Acreate%20%E8%AE%A2%E5%8D%95"},
 	} {
 		c, err := js.Consumer(ctx, "LEAF_POOL", want.name)
 		if err != nil {

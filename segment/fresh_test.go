@@ -63,7 +63,7 @@ func TestTakeSegmentErrors(t *testing.T) {
 		name, tag string
 		wantErr   error
 	}{
-		{"ErrInvalidTag", "no/slash", ErrInvalidTag},
+		{"ErrInvalidTag", "no\x00nul", ErrInvalidTag},
 		{"ErrTagNotFound", "missing", ErrTagNotFound},
 		{"ErrStoreWentBack", "orders", ErrStoreWentBack},
 	}

@@ -263,6 +263,9 @@ func TestTakesOfOneRowCheckedInOrder(t *testing.T) {
 				}
 				return got, nil
 			}
+			store.TagFn = func(ctx context.Context, tag string) (Tag, error) {
+				return store.inner.Tag(ctx, strings.ToLower(tag))
+			}
 			g, _ := startMarked(t, marksConfig(t, store, marks))
 			ctx := testCtx(t)
 			first := make(chan error, 1)

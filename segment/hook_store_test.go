@@ -18,6 +18,7 @@ type hookStore struct {
 
 	TakeFn func(ctx context.Context, tag string, step int64) (Tag, error) // nil: inner.Take
 	TagsFn func(ctx context.Context) ([]Tag, error)                       // nil: inner.Tags
+	TagFn  func(ctx context.Context, tag string) (Tag, error)             // nil: inner.Tag
 
 	takes atomic.Int64 // Take calls, counted before the hook runs
 }
@@ -42,6 +43,9 @@ func (s *hookStore) Tags(ctx context.Context) ([]Tag, error) {
 }
 
 func (s *hookStore) Tag(ctx context.Context, tag string) (Tag, error) {
+	if s.TagFn != nil {
+		return s.TagFn(ctx, tag)
+	}
 	return s.inner.Tag(ctx, tag)
 }
 

@@ -13,11 +13,13 @@ import (
 
 	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/internal/kvbucket"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // KVStore is a Store in a JetStream key-value bucket: the embedded default, needing
-// nothing but NATS. Each tag is one key (the tag name) whose value is the leaf_alloc row
-// as JSON:
+// nothing but NATS. Each tag is one key (the tag in the KV key encoding, wire.TagKey: a
+// tag of A-Z a-z 0-9 _ - is its own key, "com.acme.order" is "com=2Eacme=2Eorder")
+// whose value is the leaf_alloc row as JSON:
 //
 //	{"max_id":3001,"step":1000,"description":"order IDs","update_time":"2026-11-22T06:20:00Z"}
 //
@@ -126,10 +128,11 @@ func (s *KVStore) Tags(ctx context.Context) ([]Tag, error) {
 func sortedTags(entries map[string]jetstream.KeyValueEntry) []Tag {
 	list := make([]Tag, 0, len(entries))
 	for key, e := range entries {
-		if CheckTagName(key) != nil {
+		name, err := wire.ParseTagKey(key)
+		if err != nil {
 			continue // not written by a KVStore: no request can name it
 		}
-		if t, err := decodeRow(key, e.Value()); err == nil {
+		if t, err := decodeRow(name, e.Value()); err == nil {
 			list = append(list, t)
 		}
 	}
@@ -150,7 +153,7 @@ func (s *KVStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 	if err != nil {
 		return Tag{}, err
 	}
-	if _, err := s.kv.Create(ctx, t.Name, value); err != nil {
+	if _, err := s.kv.Create(ctx, wire.TagKey(t.Name), value); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Tag{}, fmt.Errorf("segment: kv add %q: %w", t.Name, ErrTagExists)
 		}
@@ -186,7 +189,7 @@ func (s *KVStore) cas(ctx context.Context, op, tag string, change func(Tag) (Tag
 		if err != nil {
 			return Tag{}, err
 		}
-		_, err = s.kv.Update(ctx, tag, value, rev)
+		_, err = s.kv.Update(ctx, wire.TagKey(tag), value, rev)
 		if err == nil {
 			return t, nil
 		}
@@ -204,7 +207,7 @@ func (s *KVStore) cas(ctx context.Context, op, tag string, change func(Tag) (Tag
 
 // get reads one key and its revision.
 func (s *KVStore) get(ctx context.Context, tag string) (Tag, uint64, error) {
-	e, err := s.kv.Get(ctx, tag)
+	e, err := s.kv.Get(ctx, wire.TagKey(tag))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			return Tag{}, 0, fmt.Errorf("tag %q: %w", tag, ErrTagNotFound)

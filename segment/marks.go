@@ -51,11 +51,13 @@ var ErrCorruptMarks = errors.New("corrupt high-water marks file")
 //
 //	leafbus segment high-water marks v1
 //	orders 3001
-//	users 20
+//	com%2Eacme%2Eorder 20
 //	crc32 1b2c3d4e
 //
-// Tag names hold no white space (CheckTagName), so a line splits at its one space. The
-// checksum is what turns a flipped digit, which would still parse, into an error.
+// The tag is written as its subject token (wire.TagToken), which holds no white space,
+// so a line splits at its one space; a tag of A-Z a-z 0-9 _ - is written as it is, as
+// every file before tags could hold other characters. The checksum is what turns a
+// flipped digit, which would still parse, into an error.
 //
 // A data dir that was fenced (`dispenser fence`, after a backup was restored) has a
 // version 2 file, whose second line records the last fence: when it ran (Unix ms) and
@@ -360,7 +362,7 @@ func encodeMarks(marks map[string]markEntry, fence Fence) []byte {
 		b = fmt.Appendf(b, "%s\n%s%d margin %d\n", marksHeaderFenced, marksFencePrefix, fence.At, fence.Margin)
 	}
 	for _, tag := range slices.Sorted(maps.Keys(marks)) {
-		b = append(b, tag...)
+		b = append(b, wire.TagToken(tag)...)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, marks[tag].maxID, 10)
 		b = append(b, '\n')
@@ -411,9 +413,13 @@ func decodeMarks(data []byte) (map[string]int64, Fence, error) {
 	marks := make(map[string]int64, len(lines)-first)
 	for i, line := range lines[first:] {
 		n := i + first + 1
-		tag, num, ok := strings.Cut(line, " ")
+		token, num, ok := strings.Cut(line, " ")
 		if !ok {
 			return nil, fence, fmt.Errorf("line %d: %s is not \"tag max_id\"", n, wire.Quote(line))
+		}
+		tag, err := wire.ParseTagToken(token)
+		if err != nil {
+			return nil, fence, fmt.Errorf("line %d: %w: %w", n, ErrInvalidTag, err)
 		}
 		maxID, err := strconv.ParseInt(num, 10, 64)
 		if err != nil {

@@ -48,7 +48,7 @@ func testMarks(t *testing.T, open func(t *testing.T) Marks) {
 		for _, tc := range []struct {
 			tag   string
 			maxID int64
-		}{{"", 5}, {"a b", 5}, {"a\n", 5}, {"a", 0}, {"a", -5}} {
+		}{{"", 5}, {"a\x00b", 5}, {"a\n", 5}, {"a", 0}, {"a", -5}} {
 			if err := m.Raise(tc.tag, tc.maxID); !errors.Is(err, ErrInvalidTag) {
 				t.Errorf("Raise(%q, %d) = %v, want ErrInvalidTag", tc.tag, tc.maxID, err)
 			}
@@ -131,7 +131,7 @@ func TestFileMarksDurable(t *testing.T) {
 	if got := readMarks(t, path); len(got) != 0 {
 		t.Fatalf("a new marks file holds %v, want no marks", got)
 	}
-	for i, tag := range []string{"orders", "users", "a-b_C9"} {
+	for i, tag := range []string{"orders", "users", "a-b_C9", "com.acme.order", "订单 1"} {
 		if err := m.Raise(tag, int64(1000*(i+1))); err != nil {
 			t.Fatalf("Raise: %v", err)
 		}
@@ -142,7 +142,7 @@ func TestFileMarksDurable(t *testing.T) {
 	if err := m.Raise("orders", 1); err != nil {
 		t.Fatalf("Raise(lower): %v", err)
 	}
-	want := map[string]int64{"orders": 1000, "users": 2000, "a-b_C9": 3000}
+	want := map[string]int64{"orders": 1000, "users": 2000, "a-b_C9": 3000, "com.acme.order": 4000, "订单 1": 5000}
 	if got := mustOpenMarks(t, path).All(); !maps.Equal(got, want) {
 		t.Fatalf("reopened marks = %v, want %v", got, want)
 	}
@@ -150,8 +150,9 @@ func TestFileMarksDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The format, as an operator reading the file sees it.
-	body := marksHeader + "\na-b_C9 3000\norders 1000\nusers 2000\n"
+	// The format, as an operator reading the file sees it: tags as their subject tokens,
+	// so a line still splits at its one space.
+	body := marksHeader + "\na-b_C9 3000\ncom%2Eacme%2Eorder 4000\norders 1000\nusers 2000\n%E8%AE%A2%E5%8D%95%201 5000\n"
 	if wantData := fmt.Sprintf("%scrc32 %08x\n", body, crc32.ChecksumIEEE([]byte(body))); string(data) != wantData {
 		t.Fatalf("marks file =\n%s\nwant\n%s", data, wantData)
 	}
@@ -208,6 +209,7 @@ func TestFileMarksCorrupt(t *testing.T) {
 		{"ZeroMark", withSum(marksHeader + "\norders 0\n")},
 		{"NegativeMark", withSum(marksHeader + "\norders -7\n")},
 		{"BadTag", withSum(marksHeader + "\nor.ders 7\n")},
+		{"BadTagEscape", withSum(marksHeader + "\nor%2ders 7\n")},
 		{"TwoSpaces", withSum(marksHeader + "\norders  7\n")},
 		{"Duplicate", withSum(marksHeader + "\norders 7\norders 9\n")},
 		{"EmptyLine", withSum(marksHeader + "\n\norders 7\n")},

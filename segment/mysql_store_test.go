@@ -210,8 +210,8 @@ func TestMySQLStoreRowBySQL(t *testing.T) {
 }
 
 // TestMySQLStoreNeverSplicesTag: a tag only ever reaches MySQL as a bound parameter.
-// Hostile names are refused by validation; given to the unchecked take, they simply
-// match no row, and a row whose name holds a quote is matched exactly.
+// Names that would break a spliced statement are text like any other (Leaf's biz_tag
+// holds them): each is its own row, matched exactly, and the table is untouched.
 func TestMySQLStoreNeverSplicesTag(t *testing.T) {
 	s := openMySQL(t, testenv.MariaDB(t).NewDatabase(t))
 	ctx := testCtx(t)
@@ -224,25 +224,24 @@ func TestMySQLStoreNeverSplicesTag(t *testing.T) {
 		"x' UNION SELECT 1,2,3,4,5 -- ",
 	}
 	for _, name := range hostile {
-		if _, err := s.Take(ctx, name, 0); !errors.Is(err, ErrInvalidTag) {
-			t.Errorf("Take(%q) err = %v, want ErrInvalidTag", name, err)
+		if _, err := s.Take(ctx, name, 0); !errors.Is(err, ErrTagNotFound) {
+			t.Errorf("Take(%q) before it exists: err = %v, want ErrTagNotFound", name, err)
 		}
-		if _, err := s.AddTag(ctx, Tag{Name: name, Step: 1}); !errors.Is(err, ErrInvalidTag) {
-			t.Errorf("AddTag(%q) err = %v, want ErrInvalidTag", name, err)
-		}
-		if _, err := s.take(ctx, name, 0); !errors.Is(err, ErrTagNotFound) {
-			t.Errorf("take(%q) err = %v, want ErrTagNotFound", name, err)
+	}
+	for i, name := range hostile {
+		mustAdd(t, s, Tag{Name: name, Step: int64(i + 2)})
+		if got, err := s.Take(ctx, name, 0); err != nil || got.Name != name || got.MaxID != int64(i+3) {
+			t.Errorf("Take(%q) = %+v, %v; want that row, max_id %d", name, got, err, i+3)
 		}
 	}
 	if got, err := s.Tag(ctx, "a"); err != nil || got.MaxID != 1 {
 		t.Fatalf("Tag(a) = %+v, %v; want the row untouched, max_id 1", got, err)
 	}
-	const quoted = "o'brien"
-	if _, err := testenv.OpenDB(t, s.dsn).ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, step) VALUES (?, 5)", quoted); err != nil {
-		t.Fatal(err)
+	if list, err := s.Tags(ctx); err != nil || len(list) != len(hostile)+1 {
+		t.Fatalf("Tags = %+v, %v; want %d rows", list, err, len(hostile)+1)
 	}
-	if got, err := s.take(ctx, quoted, 0); err != nil || got.Name != quoted || got.MaxID != 6 {
-		t.Fatalf("take(%q) = %+v, %v; want that row, max_id 6", quoted, got, err)
+	if _, err := s.Take(ctx, "a\x00", 0); !errors.Is(err, ErrInvalidTag) {
+		t.Errorf("Take(a NUL) err = %v, want ErrInvalidTag", err)
 	}
 }
 
@@ -637,5 +636,47 @@ func TestMySQLStoreMissingGrant(t *testing.T) {
 	// Not every error is a refusal: with SELECT left, a missing tag is still that.
 	if _, err := leaf.Tag(ctx, "nope"); !errors.Is(err, ErrTagNotFound) || errors.Is(err, ErrStoreDenied) {
 		t.Errorf("Tag of a missing tag: %v, want ErrTagNotFound", err)
+	}
+}
+
+// TestMySQLGeneratorSpellings: MySQL's collation decides which row a name matches
+// (utf8mb4_general_ci here: without case, trailing spaces and accents). The generator
+// serves a spelling that differs from the row's name only in case, as Leaf does, and
+// refuses with a 400 (ErrInvalidTag) naming the row one that the collation equates
+// otherwise ("cafe " or "café" for the row "cafe"), without taking a segment: the marks,
+// row locks and monotonic marks fold names by case alone, and would take such a
+// spelling for another tag. Leaf-style names (dotted, colon, space, Chinese) inserted
+// by plain SQL are served by their names.
+func TestMySQLGeneratorSpellings(t *testing.T) {
+	s := openMySQL(t, testenv.MariaDB(t).NewDatabase(t))
+	db := testenv.OpenDB(t, s.dsn)
+	ctx := testCtx(t)
+	rows := []string{"cafe", "com.acme.order", "order:create", "order create", "订单"}
+	for i, name := range rows {
+		if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES (?, ?, 10)", name, 1+1000*i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(t, s)
+	cfg.RefreshInterval = time.Hour
+	g, _ := startGenerator(t, cfg)
+	for i, name := range rows {
+		dst := make([]int64, 1)
+		if err := g.Fill(ctx, name, dst); err != nil || dst[0] != int64(1+1000*i) {
+			t.Errorf("Fill(%q) = %v, %v; want ID %d", name, dst, err, 1+1000*i)
+		}
+	}
+	dst := make([]int64, 1)
+	if err := g.Fill(ctx, "CAFE", dst); err != nil || dst[0] != 11 {
+		t.Errorf("Fill(CAFE) = %v, %v; want the row cafe's next segment, 11", dst, err)
+	}
+	for _, spelling := range []string{"cafe ", "café", "CAFÉ"} {
+		err := g.Fill(ctx, spelling, dst)
+		if !errors.Is(err, ErrInvalidTag) || !strings.Contains(err.Error(), `as "cafe"`) {
+			t.Errorf("Fill(%q) = %v, want ErrInvalidTag naming the row cafe", spelling, err)
+		}
+	}
+	if row, err := s.Tag(ctx, "cafe"); err != nil || row.MaxID != 21 {
+		t.Errorf("row cafe = %+v, %v; want max_id 21: two segments taken, none for a refused spelling", row, err)
 	}
 }

@@ -91,7 +91,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		for _, tc := range []struct {
 			name string
 			step int64
-		}{{"a", -1}, {"a", MaxStoredStep + 1}, {"a b", 0}, {"", 0}} {
+		}{{"a", -1}, {"a", MaxStoredStep + 1}, {"a\nb", 0}, {"", 0}, {"a\xff", 0}} {
 			if _, err := s.Take(ctx(t), tc.name, tc.step); !errors.Is(err, ErrInvalidTag) {
 				t.Errorf("Take(%q, %d) err = %v, want ErrInvalidTag", tc.name, tc.step, err)
 			}
@@ -188,8 +188,9 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			tag  Tag
 		}{
 			{"EmptyName", Tag{Name: "", Step: 1}},
-			{"BadName", Tag{Name: "a.b", Step: 1}},
+			{"BadName", Tag{Name: "a\tb", Step: 1}},
 			{"LongName", Tag{Name: strings.Repeat("a", 129), Step: 1}},
+			{"LongChineseName", Tag{Name: strings.Repeat("订", 129), Step: 1}},
 			{"StepZero", Tag{Name: "a", Step: 0}},
 			{"StepTooBig", Tag{Name: "a", Step: MaxStoredStep + 1}},
 			{"NegativeMaxID", Tag{Name: "a", Step: 1, MaxID: -1}},
@@ -437,6 +438,34 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("Tags names = %v, want %v", got, want)
+		}
+	})
+
+	// Every row Leaf serves is a tag: dotted, colon, space, Chinese, and names holding the
+	// escape characters of the tag encodings, each its own row under its own name.
+	t.Run("Tags/LeafNames", func(t *testing.T) {
+		s := open(t)
+		names := []string{"com.acme.order", "order:create", "order create", "订单", "%41", "=41", "A", strings.Repeat("订", 128)}
+		for i, name := range names {
+			mustAdd(t, s, Tag{Name: name, Step: 10, MaxID: int64(1 + 1000*i)})
+		}
+		for i, name := range names {
+			got, err := s.Take(ctx(t), name, 0)
+			if err != nil || got.Name != name || got.MaxID != int64(11+1000*i) {
+				t.Fatalf("Take(%q) = %+v, %v; want max_id %d", name, got, err, 11+1000*i)
+			}
+		}
+		list, err := s.Tags(ctx(t))
+		if err != nil {
+			t.Fatalf("Tags: %v", err)
+		}
+		var got []string
+		for _, tag := range list {
+			got = append(got, tag.Name)
+		}
+		want := slices.Sorted(slices.Values(names))
+		if !slices.Equal(got, want) {
+			t.Fatalf("Tags names = %q, want %q", got, want)
 		}
 	})
 

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The fuzz targets check the protocol's parsers against their own promises: never a
@@ -142,7 +144,7 @@ func FuzzNames(f *testing.F) {
 			name  string
 			check func(string) error
 			max   int
-		}{{"CheckTag", CheckTag, MaxTagLen}, {"CheckPrefix", CheckPrefix, MaxPrefixLen}, {"CheckNodeID", CheckNodeID, MaxNodeIDLen}} {
+		}{{"CheckPrefix", CheckPrefix, MaxPrefixLen}, {"CheckNodeID", CheckNodeID, MaxNodeIDLen}} {
 			err := c.check(s)
 			// What a name rule accepts must be safe as one NATS subject token, a KV key
 			// and a header value: no dots, wildcards, white space or control bytes.
@@ -152,6 +154,15 @@ func FuzzNames(f *testing.F) {
 			if err != nil && len(err.Error()) > 400 {
 				t.Fatalf("%s error of %d bytes: a reason must stay short", c.name, len(err.Error()))
 			}
+		}
+		// A tag is text (its encodings make it safe: FuzzTagEncodings): valid UTF-8 of at
+		// most 128 characters and no control character, which could break a log line.
+		if err := CheckTag(s); err == nil {
+			if !utf8.ValidString(s) || utf8.RuneCountInString(s) > MaxTagLen || s == "" || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+				t.Fatalf("CheckTag(%q) accepted a tag that is not 1 to %d characters of text", s, MaxTagLen)
+			}
+		} else if !errors.Is(err, ErrBadRequest) || len(err.Error()) > 400 {
+			t.Fatalf("CheckTag(%q) error %v: want a short 400", s, err)
 		}
 		sub := Subjects{Prefix: "leaf"}
 		if s != "" && (s[0] == '$' || strings.HasPrefix(s, "leaf.")) && sub.ReplyAllowed(s) {

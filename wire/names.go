@@ -3,6 +3,8 @@ package wire
 import (
 	"fmt"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Name bounds (PROTOCOL.md). A prefix also names the service, the queue group, the KV
@@ -22,17 +24,53 @@ func CheckPrefix(p string) error {
 	return nil
 }
 
-// CheckTag returns nil when tag is a valid biz tag: 1 to 128 characters of
-// A-Z a-z 0-9 _ -. Otherwise a 400 that names the value. It allocates nothing on
-// success, so the request path calls it freely.
+// CheckTag returns nil when tag is a valid biz tag: what Leaf's biz_tag varchar(128)
+// holds, 1 to 128 characters of UTF-8 text with no control characters (U+0000-U+001F,
+// U+007F-U+009F). Otherwise a 400 that names the value. It allocates nothing on
+// success, so the request path calls it freely. A tag travels in a subject token and a
+// KV key in the encodings of tags.go.
 func CheckTag(tag string) error {
-	if len(tag) == 0 || len(tag) > MaxTagLen {
+	if len(tag) == 0 {
 		return BadRequest("tag %s must be 1 to %d characters long", Quote(tag), MaxTagLen)
 	}
-	if !validName(tag, MaxTagLen) {
-		return BadRequest("tag %s may only hold A-Z a-z 0-9 _ -", Quote(tag))
+	if IsPlainTag(tag) {
+		if len(tag) > MaxTagLen {
+			return BadRequest("tag %s must be 1 to %d characters long", Quote(tag), MaxTagLen)
+		}
+		return nil
+	}
+	n := 0
+	for i := 0; i < len(tag); n++ {
+		r, size := utf8.DecodeRuneInString(tag[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return BadRequest("tag %s is not valid UTF-8", Quote(tag))
+		case unicode.IsControl(r):
+			return BadRequest("tag %s holds the control character %U", Quote(tag), r)
+		}
+		i += size
+	}
+	if n > MaxTagLen {
+		return BadRequest("tag %s has %d characters, more than %d", Quote(tag), n, MaxTagLen)
 	}
 	return nil
+}
+
+// IsPlainTag reports whether tag is made only of A-Z a-z 0-9 _ - (protocol v1's tag
+// rule): such a tag is its own subject token and KV key. It says nothing of the length.
+func IsPlainTag(tag string) bool {
+	for i := 0; i < len(tag); i++ {
+		if !isPlainByte(tag[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isPlainByte reports whether c is one of A-Z a-z 0-9 _ -: the one name rule's
+// characters, which the tag encodings leave as they are.
+func isPlainByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 // CheckNodeID returns nil when id is a valid node ID: 1 to 64 characters of
@@ -52,13 +90,7 @@ func validName(s string, max int) bool {
 	if len(s) == 0 || len(s) > max {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return IsPlainTag(s)
 }
 
 // Quote shows a caller's value in an error message: Go-quoted (so control characters

@@ -218,9 +218,18 @@ func TestNameRules(t *testing.T) {
 		{"TagMax", CheckTag, long(MaxTagLen), true},
 		{"TagTooLong", CheckTag, long(MaxTagLen + 1), false},
 		{"TagEmpty", CheckTag, "", false},
-		{"TagDot", CheckTag, "a.b", false},
-		{"TagWildcard", CheckTag, "*", false},
-		{"TagUnicode", CheckTag, "订单", false},
+		{"TagDot", CheckTag, "com.acme.order", true},
+		{"TagWildcard", CheckTag, "*", true},
+		{"TagColonSpace", CheckTag, "order:create now", true},
+		{"TagUnicode", CheckTag, "订单", true},
+		{"TagUnicodeMax", CheckTag, strings.Repeat("订", MaxTagLen), true},
+		{"TagUnicodeTooLong", CheckTag, strings.Repeat("订", MaxTagLen+1), false},
+		{"TagNewline", CheckTag, "a\nb", false},
+		{"TagNUL", CheckTag, "a\x00", false},
+		{"TagDEL", CheckTag, "a\x7f", false},
+		{"TagC1", CheckTag, "a\u0085", false},
+		{"TagBadUTF8", CheckTag, "a\xff", false},
+		{"TagReplacementChar", CheckTag, "a\uFFFD", true},
 		{"PrefixOK", CheckPrefix, "leaf", true},
 		{"PrefixMax", CheckPrefix, long(MaxPrefixLen), true},
 		{"PrefixTooLong", CheckPrefix, long(MaxPrefixLen + 1), false},
@@ -238,8 +247,8 @@ func TestNameRules(t *testing.T) {
 			}
 		})
 	}
-	if err := CheckTag("a.b"); !errors.Is(err, ErrBadRequest) {
-		t.Errorf("CheckTag(a.b) = %v, want ErrBadRequest (a 400 on the wire)", err)
+	if err := CheckTag("a\tb"); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("CheckTag(a\\tb) = %v, want ErrBadRequest (a 400 on the wire)", err)
 	}
 }
 
@@ -286,9 +295,13 @@ func TestSubjects(t *testing.T) {
 		{s.Decode(), "leaf.decode.snowflake"},
 		{s.AdminTags("add"), "leaf.admin.tags.add"},
 		{s.Time(), "leaf.time"},
+		{s.IDs(Segment, "com.acme.order"), "leaf.segment.com%2Eacme%2Eorder"},
+		{s.IDs(Segment, "订单"), "leaf.segment.%E8%AE%A2%E5%8D%95"},
 		{s.Pool(Snowflake, "etl"), "leaf.pool.snowflake.etl"},
+		{s.Pool(Segment, "order:create"), "leaf.pool.segment.order%3Acreate"},
 		{s.PoolStream(), "LEAF_POOL"},
 		{PoolConsumer(Segment, "etl"), "segment_etl"},
+		{PoolConsumer(Segment, "a b"), "segment_a%20b"},
 		{s.Bucket("forever"), "leaf_forever"},
 	} {
 		if tt.got != tt.want {

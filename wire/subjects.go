@@ -38,15 +38,17 @@ func NewSubjects(p string) (Subjects, error) {
 func (s Subjects) Service() string    { return s.Prefix }
 func (s Subjects) QueueGroup() string { return s.Prefix }
 
-// IDs is the subject that asks for IDs of kind and tag: "leaf.segment.orders".
+// IDs is the subject that asks for IDs of kind and tag: "leaf.segment.orders", the tag
+// as its subject token (TagToken: "leaf.segment.com%2Eacme%2Eorder").
 func (s Subjects) IDs(kind Kind, tag string) string {
-	return s.Prefix + "." + kind.String() + "." + tag
+	return s.Prefix + "." + kind.String() + "." + TagToken(tag)
 }
 
 // IDsWildcard is the subject a dispenser subscribes to for kind: "leaf.segment.*".
 func (s Subjects) IDsWildcard(kind Kind) string { return s.Prefix + "." + kind.String() + ".*" }
 
-// IDsPrefix is IDs without the tag: "leaf.segment.". The tag is what follows it.
+// IDsPrefix is IDs without the tag: "leaf.segment.". The tag's token (ParseTagToken)
+// is what follows it.
 func (s Subjects) IDsPrefix(kind Kind) string { return s.Prefix + "." + kind.String() + "." }
 
 // Decode is the subject that takes a snowflake ID apart.
@@ -58,16 +60,18 @@ func (s Subjects) AdminTags(op string) string { return s.Prefix + ".admin.tags."
 // Time is the subject every live dispenser answers with its clock.
 func (s Subjects) Time() string { return s.Prefix + ".time" }
 
-// Pool is the subject of a bulk pool's batches: "leaf.pool.segment.orders".
+// Pool is the subject of a bulk pool's batches: "leaf.pool.segment.orders", the tag as
+// its subject token (TagToken).
 func (s Subjects) Pool(kind Kind, tag string) string {
-	return s.Prefix + ".pool." + kind.String() + "." + tag
+	return s.Prefix + ".pool." + kind.String() + "." + TagToken(tag)
 }
 
 // PoolStream is the JetStream stream that holds the bulk pools: "LEAF_POOL".
 func (s Subjects) PoolStream() string { return strings.ToUpper(s.Prefix) + "_POOL" }
 
-// PoolConsumer is the durable consumer of one pool: "segment_orders".
-func PoolConsumer(kind Kind, tag string) string { return kind.String() + "_" + tag }
+// PoolConsumer is the durable consumer of one pool: "segment_orders", the tag as its
+// subject token (TagToken), which a consumer name may hold too.
+func PoolConsumer(kind Kind, tag string) string { return kind.String() + "_" + TagToken(tag) }
 
 // Bucket is the name of one of the deployment's KV buckets: Bucket("forever") is
 // "leaf_forever".

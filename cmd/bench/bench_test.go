@@ -497,7 +497,7 @@ func TestParseFlags(t *testing.T) {
 		{"TagsSplit", []string{"--tags", "a, b,,c"}, func(c Config) bool { return strings.Join(c.Tags, "|") == "a|b|c" }, false},
 		{"OpenLoop", []string{"--rate", "500"}, func(c Config) bool { return c.Rate == 500 }, false},
 		{"Spill", []string{"--check", "--check-spill", "/tmp", "--check-mem", "4096"}, func(c Config) bool { return c.CheckMem == 4096 }, false},
-		{"ErrBadTag", []string{"--tags", "a.b"}, nil, true},
+		{"ErrBadTag", []string{"--tags", "a\x01b"}, nil, true},
 		{"ErrInflightWithRate", []string{"--rate", "10", "--inflight", "2"}, nil, true},
 		{"ErrEmbeddedWithNats", []string{"--embedded", "--nats", "nats://x:4222"}, nil, true},
 		{"ErrStoreDelayWithoutEmbedded", []string{"--store-delay", "10ms"}, nil, true},

@@ -109,6 +109,8 @@ and reports throughput, errors by code and latency percentiles.
   bench --baseline echo,echo-process       compare with the responder in this process and in a
                                            process of its own, as a dispenser is deployed
   bench echo --help                        the responder alone, to start by hand (--echo-at)
+  bench http-echo --listen 127.0.0.1:18090 a bare net/http server answering a fresh number:
+                                           the baseline of the HTTP face, for wrk (BENCHMARKS.md)
   bench --baseline echo,echo-process --rounds 6 --duration 30s --cpu-pid dispenser=PID
                                            six turns each, ratios per round, and the CPU per
                                            request of the dispenser's process, the bench's

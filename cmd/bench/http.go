@@ -141,9 +141,14 @@ func httpClients(cfg Config) []*benchConn {
 	return clients
 }
 
-// leafURL is the URL of Leaf's API for kind and tag under base: one ID, or ?count=n.
+// leafURL is the URL of Leaf's API for kind and tag under base: one ID, or ?count=n. A
+// dotted tag ends with a slash, which keeps Spring (Leaf's and the dispenser's rule)
+// from cutting it at its last dot.
 func leafURL(base string, kind wire.Kind, tag string, n int) string {
 	u := strings.TrimRight(base, "/") + "/api/" + kind.String() + "/get/" + url.PathEscape(tag)
+	if strings.Contains(tag, ".") {
+		u += "/"
+	}
 	if n > 1 {
 		u += "?count=" + strconv.Itoa(n)
 	}

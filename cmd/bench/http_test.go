@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -174,6 +176,8 @@ func TestLeafURL(t *testing.T) {
 		{"http://h:8080", wire.Segment, "leaf-segment-test", 1, "http://h:8080/api/segment/get/leaf-segment-test"},
 		{"http://h:8080/", wire.Snowflake, "any", 5, "http://h:8080/api/snowflake/get/any?count=5"},
 		{"http://h/leaf", wire.Segment, "a_b", 1, "http://h/leaf/api/segment/get/a_b"},
+		{"http://h", wire.Segment, "com.acme.order", 2, "http://h/api/segment/get/com.acme.order/?count=2"},
+		{"http://h", wire.Segment, "order:create 订单", 1, "http://h/api/segment/get/order:create%20%E8%AE%A2%E5%8D%95"},
 	} {
 		if got := leafURL(tt.base, tt.kind, tt.tag, tt.n); got != tt.want {
 			t.Errorf("leafURL(%q, %v, %q, %d) = %q, want %q", tt.base, tt.kind, tt.tag, tt.n, got, tt.want)
@@ -207,5 +211,40 @@ func TestHTTPKeepsConnectionsAlive(t *testing.T) {
 	}
 	if n := dialled.Load(); n > 2*int64(cfg.Clients*cfg.Inflight) {
 		t.Errorf("%d connections for 300 requests with %d in flight, want them kept alive", n, cfg.Clients*cfg.Inflight)
+	}
+}
+
+// TestHTTPEcho: `bench http-echo` answers every request with the next number, as
+// text/plain with a Content-Length, on keep-alive connections.
+func TestHTTPEcho(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r, w := io.Pipe()
+	done := make(chan int, 1)
+	go func() { done <- httpEchoMain(ctx, []string{"--listen", "127.0.0.1:0", "--start", "41"}, w, io.Discard) }()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := strings.TrimSpace(strings.TrimPrefix(line, "ready "))
+	go io.Copy(io.Discard, r) //nolint:errcheck
+	for want := 41; want < 44; want++ {
+		resp, err := http.Get(base + "/api/segment/get/anything")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != strconv.Itoa(want) || resp.Header.Get("Content-Type") != "text/plain;charset=UTF-8" || resp.ContentLength != int64(len(body)) {
+			t.Fatalf("answer %q (%s, length %d), want %d as text/plain", body, resp.Header.Get("Content-Type"), resp.ContentLength, want)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("http-echo did not stop within 10s")
 	}
 }

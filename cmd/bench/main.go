@@ -57,9 +57,12 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var code int
-	if len(os.Args) > 1 && os.Args[1] == "echo" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "echo":
 		code = echoMain(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "http-echo":
+		code = httpEchoMain(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	default:
 		code = bench(ctx, os.Args[1:], os.Stdout, os.Stderr, terminal(os.Stderr))
 	}
 	stop()

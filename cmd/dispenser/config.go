@@ -22,6 +22,18 @@ type Config struct {
 	// CPUProfile names a file for a pprof CPU profile of the whole run ("" for none):
 	// the dispenser as deployed, its embedded NATS server included.
 	CPUProfile string
+
+	// ConfigFile is a YAML file of flag values (--config); LeafProperties a Leaf
+	// server's leaf.properties (--leaf-properties); PrintConfig prints the result and
+	// exits (--print-config). configfile.go and leafprops.go read them.
+	ConfigFile     string
+	LeafProperties string
+	PrintConfig    bool
+
+	sources    map[string]string // where each flag's value came from, for --print-config
+	notes      []string          // what --leaf-properties left out, logged at start
+	fs         *flag.FlagSet     // the flags, for --print-config
+	detectIPv4 func() (string, error)
 }
 
 func defaultConfig() Config {
@@ -90,6 +102,9 @@ Flags:
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", c.CPUProfile, "write a pprof CPU profile of the whole run, from start to stop, to this `file` (go tool pprof)")
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "a YAML `file` of settings, each key a flag's name (pool: a list); flags and LEAFBUS_* win over it")
+	fs.StringVar(&c.LeafProperties, "leaf-properties", c.LeafProperties, "a Leaf server's leaf.properties `file`: start as that server would have (MySQL store on leaf.jdbc.url, ZooKeeper registry under leaf.name, HTTP on leaf.snowflake.port); every other source wins over it")
+	fs.BoolVar(&c.PrintConfig, "print-config", c.PrintConfig, "print the configuration in effect (as a --config file, each value's source in a comment, secrets masked) and exit")
 	return fs
 }
 
@@ -111,15 +126,71 @@ func (c *Config) parseFlags(fs *flag.FlagSet, args []string, getenv func(string)
 	if fs.NArg() > 0 {
 		return &usageError{fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))}
 	}
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = "--" + f.Name })
 	if err := applyEnv(fs, getenv); err != nil {
 		return &usageError{err}
 	}
-	// Only an address the operator gave (flag or environment) must be bound to start.
+	fs.Visit(func(f *flag.Flag) {
+		if _, ok := given[f.Name]; !ok {
+			given[f.Name] = envName(f.Name)
+		}
+	})
+	if err := c.applyFiles(fs, given); err != nil {
+		return &usageError{err}
+	}
+	c.sources, c.fs = given, fs
+	// Only an address the operator gave (flag, environment or a file) must be bound to
+	// start.
 	fs.Visit(func(f *flag.Flag) { c.HTTPExplicit = c.HTTPExplicit || f.Name == "http" })
 	if err := errors.Join(c.Validate(), c.checkGiven(fs)); err != nil {
 		return &usageError{err}
 	}
 	return nil
+}
+
+// applyFiles sets the flags neither the command line nor the environment set, from the
+// --config file, then from --leaf-properties (whose path may come from either).
+func (c *Config) applyFiles(fs *flag.FlagSet, given map[string]string) error {
+	if c.ConfigFile != "" {
+		values, err := readConfigFile(c.ConfigFile, fs)
+		if err != nil {
+			return err
+		}
+		if err := applyValues(fs, values, given, func(string) string { return "--config " + c.ConfigFile }); err != nil {
+			return err
+		}
+	}
+	if c.LeafProperties == "" {
+		return nil
+	}
+	ip := c.detectIPv4
+	if ip == nil {
+		ip = firstIPv4
+	}
+	lp, err := readLeafProperties(c.LeafProperties, ip)
+	if err != nil {
+		return err
+	}
+	// A kind whose source a stronger layer chose otherwise keeps none of Leaf's settings
+	// for it: --worker-registry kv on the command line drops Leaf's ZooKeeper settings.
+	if _, ok := given["worker-registry"]; ok && c.WorkerRegistry != "zk" {
+		for _, name := range []string{"worker-registry", "zk", "zk-name", "advertise"} {
+			delete(lp.flags, name)
+		}
+	}
+	if _, ok := given["segment-store"]; ok && c.SegmentStore != "mysql" {
+		delete(lp.flags, "segment-store")
+		if c.WorkerRegistry != "mysql" {
+			delete(lp.flags, "mysql-dsn")
+		}
+	}
+	values := map[string][]string{}
+	for name, v := range lp.flags {
+		values[name] = []string{v}
+	}
+	c.notes = lp.notes
+	return applyValues(fs, values, given, func(name string) string { return lp.source[name] })
 }
 
 // applyEnv sets each flag that was not on the command line from LEAFBUS_<NAME>. A

@@ -44,6 +44,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := m.ParseFlags(args); err != nil {
 		return exitCode(err, stderr)
 	}
+	if m.Config.PrintConfig {
+		return exitCode(printConfig(stdout, m.Config.fs, m.Config.sources), stderr)
+	}
 	err = m.Run(ctx)
 	_ = m.Close() // logged by Close
 	return exitCode(err, stderr)

@@ -313,7 +313,16 @@ type docNames struct {
 
 // notSubjects are tokens that look like subjects of the default prefix but are not.
 var notSubjects = map[string]string{
-	"leaf.name": "Leaf's configuration key, the ZooKeeper path name (--zk-name)",
+	"leaf.name":                 "Leaf's configuration key, the ZooKeeper path name (--zk-name)",
+	"leaf.properties":           "Leaf's configuration file (--leaf-properties)",
+	"leaf.segment.enable":       "Leaf's configuration key",
+	"leaf.jdbc.url":             "Leaf's configuration key",
+	"leaf.jdbc.username":        "Leaf's configuration key",
+	"leaf.jdbc.password":        "Leaf's configuration key",
+	"leaf.snowflake.enable":     "Leaf's configuration key",
+	"leaf.snowflake.zk.address": "Leaf's configuration key",
+	"leaf.snowflake.port":       "Leaf's configuration key",
+	"leaf.snowflake.mode":       "a Leaf fork's configuration key",
 }
 
 // Subject-like tokens: dot-separated parts, each a name, a <placeholder>, * or >.
@@ -485,7 +494,8 @@ func liveCodeNames(t *testing.T) codeNames {
 		tables:  map[string]bool{},
 	}
 	for _, kind := range []wire.Kind{wire.Segment, wire.Snowflake} {
-		code.subjects[subj.Pool(kind, "*")] = true
+		// The pool subjects with a wildcard for the tag's token (Pool would encode "*").
+		code.subjects[strings.TrimSuffix(subj.Pool(kind, "x"), "x")+"*"] = true
 	}
 
 	// The service's endpoints, as it lists them.

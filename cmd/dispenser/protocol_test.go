@@ -395,7 +395,7 @@ func TestProtocolManagingTags(t *testing.T) {
 		{"AddNoStep", "leaf.admin.tags.add", `{"tag":"x1"}`, 400},
 		{"AddStepZero", "leaf.admin.tags.add", `{"tag":"x2","step":0}`, 400},
 		{"AddStepTooBig", "leaf.admin.tags.add", `{"tag":"x3","step":10000001}`, 400},
-		{"AddBadName", "leaf.admin.tags.add", `{"tag":"a b","step":10}`, 400},
+		{"AddBadName", "leaf.admin.tags.add", `{"tag":"a\u0001b","step":10}`, 400},
 		{"AddEmptyName", "leaf.admin.tags.add", `{"tag":"","step":10}`, 400},
 		{"AddNotJSON", "leaf.admin.tags.add", `tag=orders`, 400},
 		{"AddEmpty", "leaf.admin.tags.add", ``, 400},

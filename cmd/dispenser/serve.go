@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/leafbus/leafbus/dispenser"
@@ -42,6 +43,12 @@ func (m *Main) ParseFlags(args []string) error {
 // it. A clean stop returns nil. A failed start has been undone when Run returns.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.Config.logger(m.Stderr)
+	if pct, ok := gcPercent(m.Getenv); ok {
+		debug.SetGCPercent(pct)
+	}
+	for _, note := range m.Config.notes {
+		m.log.Warn("--leaf-properties: "+note, "file", m.Config.LeafProperties)
+	}
 	if m.Config.CPUProfile != "" {
 		// The whole process as deployed: how the dispenser spends its CPU, which
 		// benchmarks inside one process (the load client sharing the runtime) do not show.
@@ -65,6 +72,24 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.d = d
 	return d.Run(ctx)
+}
+
+// defaultGCPercent is the dispenser's GOGC unless the environment sets one. Its live heap
+// is a few MB, the embedded NATS server included, so Go's default (100) collects after
+// every few MB allocated: 15 to 20 times a second under HTTP load (net/http allocates
+// about 1.5 KB a request), and each collection scans the NATS server's goroutines, which
+// a bare HTTP server does not have. 400 collects a quarter as often for some 20 MB more
+// heap, and keeps the tail latency of both faces near a bare server's (BENCHMARKS.md,
+// "HTTP: the dispenser against a bare net/http server").
+const defaultGCPercent = 400
+
+// gcPercent is the GOGC to set: defaultGCPercent, unless GOGC is in the environment
+// (ok=false: the runtime already follows it).
+func gcPercent(getenv func(string) string) (pct int, ok bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	return defaultGCPercent, true
 }
 
 // Close gives back what the dispenser holds. What it could not undo is logged and
