@@ -227,7 +227,7 @@ func TestSetMonotonic(t *testing.T) {
 			t.Fatalf("after SetMonotonic(%s, %v): tags %v, want %v", step.tag, step.on, got, step.want)
 		}
 	}
-	if err := SetMonotonic(ctx, r, "bad tag", true, "disp-1", when); err == nil {
+	if err := SetMonotonic(ctx, r, "bad\x01tag", true, "disp-1", when); err == nil {
 		t.Errorf("SetMonotonic of an invalid tag: no error")
 	}
 	if err := AddMonotonic(ctx, r, []string{"b", "a", "orders"}, "disp-2", when); err != nil {

@@ -57,7 +57,7 @@ func TestMemoryCorrupt(t *testing.T) {
 		{"ErrCutShort", good[:len(good)-3]},
 		{"ErrFlippedByte", strings.Replace(good, "orders", "ordert", 1)},
 		{"ErrNoHeader", "orders\n"},
-		{"ErrBadTag", fixSum("leafbus monotonic tags v1\nor ders\n")},
+		{"ErrBadTag", fixSum("leafbus monotonic tags v1\nor\x01ders\n")},
 		{"ErrTwice", fixSum("leafbus monotonic tags v1\norders\norders\n")},
 		{"ErrOtherFile", "leafbus segment high-water marks v1\ncrc32 00000000\n"},
 	} {

@@ -477,7 +477,7 @@ func TestFileMarksFence(t *testing.T) {
 	}{
 		{Fence{At: 0, Margin: 5}, nil},
 		{Fence{At: 5, Margin: 0}, nil},
-		{Fence{At: 5, Margin: 5}, map[string]int64{"bad tag": 7}},
+		{Fence{At: 5, Margin: 5}, map[string]int64{"bad\x01tag": 7}},
 		{Fence{At: 5, Margin: 5}, map[string]int64{"orders": 0}},
 	} {
 		if err := reopened.RecordFence(bad.f, bad.raised); err == nil {

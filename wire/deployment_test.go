@@ -44,7 +44,7 @@ func TestParseDeployment(t *testing.T) {
 		{"ErrRegistriesShareIDs", twoRegistries(`{"kind":"kv","identity":"kv leaf_leases","worker_id_min":511,"worker_id_max":1023}`), "share worker IDs"},
 		{"ErrBits", edit(`"time_bits":41`, `"time_bits":42`), "sum to at most 63"},
 		{"ErrNegativeEpoch", edit(`"epoch":1288834974657`, `"epoch":-1`), "epoch -1"},
-		{"ErrBadTag", edit(`["orders"]`, `["or ders"]`), "monotonic tag 0"},
+		{"ErrBadTag", edit(`["orders"]`, `["or\u0001ders"]`), "monotonic tag 0"},
 		{"ErrUnsortedTags", edit(`["orders"]`, `["users","orders"]`), "not sorted"},
 		{"ErrRepeatedTag", edit(`["orders"]`, `["orders","orders"]`), "not sorted or repeated"},
 	}
