@@ -8,11 +8,11 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/leafbus/leafbus/internal/durable"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -54,9 +54,8 @@ var ErrCorruptMemory = errors.New("corrupt file of remembered monotonic tags")
 //	payments
 //	crc32 1b2c3d4e
 const (
-	memoryHeader     = "leafbus monotonic tags v1"
-	memorySumPrefix  = "crc32 "
-	memoryTempSuffix = ".tmp-"
+	memoryHeader    = "leafbus monotonic tags v1"
+	memorySumPrefix = "crc32 "
 )
 
 // openMemory loads the file at path, or creates it (durably, so that a data dir that
@@ -69,7 +68,7 @@ func openMemory(path string) (*memory, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeFileDurably(path, encodeMemory(m.tags)); err != nil {
+		if err := durable.WriteFile(path, encodeMemory(m.tags)); err != nil {
 			return nil, fmt.Errorf("monotonic: create %q: %w", path, err)
 		}
 	case err != nil:
@@ -81,7 +80,7 @@ func openMemory(path string) (*memory, error) {
 		}
 		m.tags = tags
 	}
-	removeTemps(path)
+	durable.RemoveTemps(path)
 	return m, nil
 }
 
@@ -131,7 +130,7 @@ func (m *memory) flush(need uint64) error {
 	}
 	version, data := m.version, encodeMemory(m.tags)
 	m.mu.Unlock()
-	if err := writeFileDurably(m.path, data); err != nil {
+	if err := durable.WriteFile(m.path, data); err != nil {
 		return fmt.Errorf("monotonic: write %q: %w", m.path, err)
 	}
 	m.mu.Lock()
@@ -181,61 +180,4 @@ func decodeMemory(data []byte) (map[string]bool, error) {
 		tags[tag] = true
 	}
 	return tags, nil
-}
-
-// writeFileDurably replaces path with data so that, whatever crashes when, path holds
-// its old content or data, whole (as segment's marks file is written): a temp file in
-// the same directory, fsynced, renamed over path, and the directory fsynced.
-func writeFileDurably(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+memoryTempSuffix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	renamed := false
-	defer func() {
-		if !renamed {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	renamed = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("fsync directory %q: %w", dir, err)
-	}
-	return d.Close()
-}
-
-// removeTemps deletes temp files of path that a crash left behind (never read, so a
-// failure is harmless).
-func removeTemps(path string) {
-	entries, err := os.ReadDir(filepath.Dir(path))
-	if err != nil {
-		return
-	}
-	prefix := filepath.Base(path) + memoryTempSuffix
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) {
-			os.Remove(filepath.Join(filepath.Dir(path), e.Name()))
-		}
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/leafbus/leafbus/internal/durable"
 )
 
 // TestMemoryKeepsTags: a tag set is in the file when set returns, survives a reopen,
@@ -31,7 +33,7 @@ func TestMemoryKeepsTags(t *testing.T) {
 	if err := m.set("payments", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path+memoryTempSuffix+"123", []byte("half a write"), 0o600); err != nil {
+	if err := os.WriteFile(path+durable.TempSuffix+"123", []byte("half a write"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	again, err := openMemory(path)
@@ -41,7 +43,7 @@ func TestMemoryKeepsTags(t *testing.T) {
 	if want := map[string]bool{"orders": true, "Orders": true}; !maps.Equal(again.all(), want) {
 		t.Fatalf("after a reopen the memory holds %v, want %v", again.all(), want)
 	}
-	if _, err := os.Stat(path + memoryTempSuffix + "123"); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(path + durable.TempSuffix + "123"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("leftover temp file still there after open: %v", err)
 	}
 }

@@ -9,12 +9,12 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/leafbus/leafbus/internal/durable"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -74,7 +74,6 @@ const (
 	marksHeaderFenced = "leafbus segment high-water marks v2"
 	marksFencePrefix  = "fenced "
 	marksSumPrefix    = "crc32 "
-	marksTempSuffix   = ".tmp-" // temp files are <file>.tmp-<random> in the same directory
 )
 
 // Fence is what `dispenser fence` records in the marks file of a data dir restored from
@@ -129,7 +128,7 @@ func OpenFileMarks(path string) (*FileMarks, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeFileDurably(path, encodeMarks(m.marks, Fence{})); err != nil {
+		if err := durable.WriteFile(path, encodeMarks(m.marks, Fence{})); err != nil {
 			return nil, fmt.Errorf("segment: create marks file %q: %w", path, err)
 		}
 	case err != nil:
@@ -144,7 +143,7 @@ func OpenFileMarks(path string) (*FileMarks, error) {
 		}
 		m.fence = fence
 	}
-	removeTempFiles(path)
+	durable.RemoveTemps(path)
 	return m, nil
 }
 
@@ -231,7 +230,7 @@ func (m *FileMarks) flush(need uint64) error {
 	}
 	version, data := m.version, encodeMarks(m.marks, m.fence)
 	m.mu.Unlock()
-	if err := writeFileDurably(m.path, data); err != nil {
+	if err := durable.WriteFile(m.path, data); err != nil {
 		return fmt.Errorf("segment: write marks file %q: %w", m.path, err)
 	}
 	m.mu.Lock()
@@ -450,74 +449,4 @@ func decodeFence(line string) (Fence, error) {
 		return Fence{}, fmt.Errorf("%s: the time and the margin must be whole numbers of at least 1", wire.Quote(line))
 	}
 	return f, nil
-}
-
-// writeFileDurably replaces path with data so that, whatever crashes when, path then
-// holds either its old content or data, whole: data goes to a temp file in the same
-// directory (a rename is atomic only within one file system), which is fsynced before
-// the rename, and the directory is fsynced after it, which makes the rename itself
-// survive a power loss.
-func writeFileDurably(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+marksTempSuffix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	renamed := false
-	defer func() {
-		if !renamed {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	renamed = true
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory, making the entries created or renamed in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("fsync directory %q: %w", dir, err)
-	}
-	return d.Close()
-}
-
-// removeTempFiles deletes temp files of path that a crash left behind. Failing to is
-// harmless (they are never read), so errors are ignored.
-func removeTempFiles(path string) {
-	leftovers, _ := filepath.Glob(globEscape(path) + marksTempSuffix + "*")
-	for _, f := range leftovers {
-		os.Remove(f)
-	}
-}
-
-// globEscape quotes the pattern characters of a path for filepath.Glob.
-func globEscape(path string) string {
-	var b strings.Builder
-	for _, r := range path {
-		if strings.ContainsRune(`*?[\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

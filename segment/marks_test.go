@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/leafbus/leafbus/internal/durable"
 )
 
 // testMarks is the Marks conformance suite; open returns empty marks each call.
@@ -167,7 +169,7 @@ func assertNoTempFiles(tb testing.TB, path string) {
 		tb.Fatal(err)
 	}
 	for _, e := range entries {
-		if strings.Contains(e.Name(), marksTempSuffix) {
+		if strings.Contains(e.Name(), durable.TempSuffix) {
 			tb.Fatalf("temp file %s left behind", e.Name())
 		}
 	}
@@ -301,7 +303,7 @@ func TestFileMarksLeftoverTemp(t *testing.T) {
 	if err := m.Raise("a", 10); err != nil {
 		t.Fatal(err)
 	}
-	tmp := path + marksTempSuffix + "12345"
+	tmp := path + durable.TempSuffix + "12345"
 	if err := os.WriteFile(tmp, []byte(marksHeader+"\na 9"), 0o600); err != nil {
 		t.Fatal(err)
 	}

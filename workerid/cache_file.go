@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/leafbus/leafbus/internal/durable"
 )
 
 // CacheFile is the node's local copy of its record (Leaf's workerID.properties), read at
@@ -88,47 +90,19 @@ func (c CacheFile) corrupt(b []byte, why string) error {
 	return fmt.Errorf("%w: %s holds %s: %s", ErrCorruptCacheFile, c.Path, shown, why)
 }
 
-// Save writes e to a temporary file in the same directory, syncs it, renames it over the
-// path and syncs the directory, so the rename itself survives a power cut. The directory
-// is created when missing.
-func (c CacheFile) Save(e CacheEntry) (err error) {
+// Save replaces the file with e durably (package durable: a temp file fsynced, renamed
+// over the path, the directory fsynced), so a crash leaves the old record or the new one.
+// The directory is created when missing.
+func (c CacheFile) Save(e CacheEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encode cache record: %w", err)
 	}
-	dir := filepath.Dir(c.Path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
 		return fmt.Errorf("create cache directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(c.Path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create temporary cache file: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(b); err != nil {
-		return fmt.Errorf("write cache file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync cache file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close cache file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), c.Path); err != nil {
-		return fmt.Errorf("replace cache file: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open cache directory to sync it: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync cache directory %s: %w", dir, err)
+	if err := durable.WriteFile(c.Path, b); err != nil {
+		return fmt.Errorf("write cache file %s: %w", c.Path, err)
 	}
 	return nil
 }
