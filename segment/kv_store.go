@@ -38,12 +38,7 @@ var (
 )
 
 // kvRow is the JSON value of one key.
-type kvRow struct {
-	MaxID       int64  `json:"max_id"`
-	Step        int64  `json:"step"`
-	Description string `json:"description"`
-	UpdateTime  string `json:"update_time"` // RFC 3339, UTC
-}
+type kvRow = wire.SegmentRow
 
 // Bounds of the compare-and-set loop. Contention only comes from dispensers loading a
 // segment of the same tag at the same moment (each loads about once per

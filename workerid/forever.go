@@ -31,14 +31,7 @@ var ErrNoRecord = errors.New("no record")
 //
 // Every field but the first two is left out of the JSON when empty, so a node's record
 // (key: its node ID) keeps PROTOCOL.md's bytes.
-type Record struct {
-	WorkerID  int64  `json:"worker_id"`
-	Timestamp int64  `json:"timestamp"`
-	Ceiling   int64  `json:"ceiling,omitempty"`
-	NodeID    string `json:"node_id,omitempty"`
-	Instance  string `json:"instance,omitempty"`
-	Released  bool   `json:"released,omitempty"`
-}
+type Record = wire.ClockRecord
 
 // WorkerKey is the forever bucket's key of worker ID id's record ("worker-3",
 // wire.WorkerKey).

@@ -165,19 +165,11 @@ func OpenKVRegistry(ctx context.Context, js jetstream.JetStream, cfg KVRegistryC
 	return &KVRegistry{cfg: cfg, nc: js.Conn(), js: js, leases: leases, workers: workers}, nil
 }
 
-// leaseValue is the content of a lease key.
-type leaseValue struct {
-	NodeID string `json:"node_id"`
-	Token  string `json:"token"`
-}
+// leaseValue is the content of a lease key (wire.KVLease).
+type leaseValue = wire.KVLease
 
-// workerValue is the content of a workers key.
-type workerValue struct {
-	WorkerID  int64  `json:"worker_id"`
-	Timestamp int64  `json:"timestamp"`
-	NodeID    string `json:"node_id"`
-	Token     string `json:"token"`
-}
+// workerValue is the content of a workers key (wire.KVWorker).
+type workerValue = wire.KVWorker
 
 // Acquire leases the lowest free worker ID of the range. It lists the leased IDs and
 // tries create-only writes on the free ones from the lowest up; losing a race moves on to

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Leaf's layout (Recycle false): /snowflake/<name>/forever/<ip>:<port>-<10-digit seq>,
@@ -35,12 +37,8 @@ func (r *ZKRegistry) forever() string { return r.base() + "/forever" }
 // alivePath is this ip:port's ephemeral node: whoever holds it runs as this ip:port.
 func (r *ZKRegistry) alivePath() string { return r.base() + "/leafbus/alive/" + r.cfg.Advertise }
 
-// leafEndpoint is the JSON of a node under forever/, as Leaf writes it.
-type leafEndpoint struct {
-	IP        string `json:"ip"`
-	Port      string `json:"port"`
-	Timestamp int64  `json:"timestamp"`
-}
+// leafEndpoint is the JSON of a node under forever/, as Leaf writes it (wire.ZKLeafNode).
+type leafEndpoint = wire.ZKLeafNode
 
 // leafNode is a child of forever/.
 type leafNode struct {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Recycle mode (Recycle true; Leaf forks call it zk_recycle): the lease on worker ID n is
@@ -40,19 +42,11 @@ func (r *ZKRegistry) workerPath(id int64) string {
 	return r.base() + "/leafbus/workers/" + strconv.FormatInt(id, 10)
 }
 
-// zkLeaseValue is the content of a lease node: who holds it.
-type zkLeaseValue struct {
-	Advertise string `json:"advertise"`
-	Token     string `json:"token"`
-}
+// zkLeaseValue is the content of a lease node (wire.ZKLease).
+type zkLeaseValue = wire.ZKLease
 
-// zkWorkerValue is the content of a workers node.
-type zkWorkerValue struct {
-	WorkerID  int64  `json:"worker_id"`
-	Timestamp int64  `json:"timestamp"`
-	Advertise string `json:"advertise"`
-	Token     string `json:"token"`
-}
+// zkWorkerValue is the content of a workers node (wire.ZKWorker).
+type zkWorkerValue = wire.ZKWorker
 
 // acquireLease takes the lowest free worker ID of the range as an ephemeral node of this
 // session.

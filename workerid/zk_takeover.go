@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Leaf's layout keeps one ephemeral alive node per ip:port (zk_leaf.go) so that two
@@ -22,13 +24,8 @@ import (
 // so another token (or none), and is still refused. Only one process uses a data dir at a
 // time (its lock), so the earlier session's process is gone, or is this one.
 
-// aliveValue is the content of the alive node.
-type aliveValue struct {
-	Advertise string `json:"advertise"`
-	PID       int    `json:"pid"`
-	Started   int64  `json:"started"`
-	Owner     string `json:"owner,omitempty"`
-}
+// aliveValue is the content of the alive node (wire.ZKAlive).
+type aliveValue = wire.ZKAlive
 
 // loadOwner returns the owner token of the cache file, or a new one when it has none.
 func (r *ZKRegistry) loadOwner() string {
