@@ -3,12 +3,12 @@ package dispenser
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
 )
 
@@ -119,44 +119,17 @@ func (c Config) checkAuth() []error {
 
 // connectAs opens the connection named name with creds in place of the
 // --user/--creds/... credentials when creds are given, and with extra options after the
-// configured ones: to --nats, or in process to the embedded server, which checks
-// credentials (and client certificates, with the TLS flags) exactly as it does for TCP
-// clients when --nats-config gives it users.
+// configured ones (bus.Connect): to --nats, or in process to the embedded server.
 func (d *Dispenser) connectAs(name string, creds Credentials, extra ...nats.Option) (*nats.Conn, error) {
 	conn := d.cfg.connConfig(name)
 	if creds.given() {
 		conn = creds.apply(conn)
 	}
-	if d.embedded == nil {
-		opts, err := conn.Options(d.log)
-		if err != nil {
-			return nil, err
-		}
-		nc, err := nats.Connect(conn.URLs, append(opts, extra...)...)
-		if err != nil {
-			return nil, fmt.Errorf("connect to NATS at %s: %w", client.RedactURLs(conn.URLs), err)
-		}
-		return nc, nil
+	nc, err := bus.Connect(conn, d.embedded, d.log, extra...)
+	if err != nil && d.embedded != nil {
+		return nil, fmt.Errorf("%w (as %s)", err, d.describeCreds(creds))
 	}
-	// The URL only names the server (TLS checks its certificate against its host); the
-	// bytes go through a pipe. Its scheme stays nats://: the TLS flags, not a tls://
-	// scheme, decide whether this client speaks TLS in process.
-	u, err := url.Parse(d.embedded.ClientURL())
-	if err != nil {
-		return nil, fmt.Errorf("embedded server URL: %w", err)
-	}
-	u.Scheme = "nats"
-	conn.URLs = u.String()
-	opts, err := conn.Options(d.log)
-	if err != nil {
-		return nil, err
-	}
-	opts = append(append(opts, extra...), d.embedded.InProcess())
-	nc, err := nats.Connect(conn.URLs, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect in process to the embedded NATS server as %s: %w", d.describeCreds(creds), err)
-	}
-	return nc, nil
+	return nc, err
 }
 
 // describeCreds names who a connection authenticates as, for messages.

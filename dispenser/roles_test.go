@@ -321,7 +321,7 @@ func TestNATSConfigWrongCredentials(t *testing.T) {
 			tt.set(&cfg)
 			start := time.Now()
 			_, err := newTest(t, cfg)
-			testutil.CheckErr(t, "New", err, nats.ErrAuthorization, "connect in process to the embedded NATS server as")
+			testutil.CheckErr(t, "New", err, nats.ErrAuthorization, "connect in process to the embedded NATS server: ")
 			if took := time.Since(start); took > 5*time.Second {
 				t.Errorf("New took %v to report the refusal, want it at once", took)
 			}
