@@ -92,6 +92,9 @@ type DeployedRange struct {
 	TagRange
 }
 
+// String is the tag and its range: "invoices: opaque, 53 bits, key f412...".
+func (r DeployedRange) String() string { return r.Tag + ": " + r.TagRange.String() }
+
 // DeployedLayout is the snowflake layout and epoch.
 type DeployedLayout struct {
 	Epoch        int64 `json:"epoch"`
