@@ -62,8 +62,9 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		Status: httpapi.Status{
 			// A --nats URL may carry a user and password: the page shows none.
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: client.RedactURLs(d.clientURL), SegmentStore: cfg.SegmentStore,
-			Sources: d.sources(),
-			Cluster: httpapi.Discover(d.nc, cfg.Prefix),
+			Sources:  d.sources(),
+			Cluster:  httpapi.Discover(d.nc, cfg.Prefix),
+			TagRange: d.describeRange,
 		},
 		Logger: d.log.With("component", "http"),
 	}
