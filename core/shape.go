@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -37,7 +38,8 @@ type Shaper struct {
 	key    []byte // nil: this dispenser has no ID key
 	fp     string // opaque.Fingerprint(key), "" without one
 
-	perms sync.Map // permKey -> *opaque.Permutation, built once per tag and width
+	perms   sync.Map  // permKey -> *opaque.Permutation, built once per tag and width
+	scratch sync.Pool // *sortScratch, for spreadSort
 }
 
 type permKey struct {
@@ -95,7 +97,7 @@ func (s *Shaper) Range(tag string) (wire.TagRange, *opaque.Permutation, error) {
 // Shape gives ids, the segment numbers of one reply of tag (strictly increasing, as a
 // segment source fills them), the tag's range, in place: unchanged for a tag of the
 // default range; an error wrapping wire.ErrRangeUsedUp when a number lies beyond a
-// narrower range; the images of the numbers, sorted, for an opaque tag. On an error
+// narrower range; the images of the numbers, sorted (spreadSort), for an opaque tag. On an error
 // ids hold nothing to hand out (their numbers are a gap, never handed out later).
 func (s *Shaper) Shape(tag string, ids []int64) error {
 	if len(ids) == 0 {
@@ -116,8 +118,72 @@ func (s *Shaper) Shape(tag string, ids []int64) error {
 	if err := p.PermuteAll(ids); err != nil {
 		return fmt.Errorf("tag %q: %w", tag, err)
 	}
-	slices.Sort(ids)
+	s.sort(ids, r.Width())
 	return nil
+}
+
+// sortScratch is spreadSort's memory, reused across replies.
+type sortScratch struct {
+	tmp    []int64
+	counts []int32
+}
+
+// spreadBelow: replies shorter than this are sorted with slices.Sort.
+const spreadBelow = 64
+
+// sort sorts images of width bits. An opaque tag's images are spread evenly over the
+// range (they are a pseudo-random permutation's), so a spread sort, a bucket per ID by
+// its upper bits and then an insertion sort of what is nearly in order, takes a few
+// passes over the reply: about a tenth of a comparison sort's cost at 1000 IDs.
+func (s *Shaper) sort(ids []int64, width int) {
+	if len(ids) < spreadBelow {
+		slices.Sort(ids)
+		return
+	}
+	sc, _ := s.scratch.Get().(*sortScratch)
+	if sc == nil {
+		sc = &sortScratch{}
+	}
+	spreadSort(ids, sc, uint(width))
+	s.scratch.Put(sc)
+}
+
+// spreadSort sorts ids, each below 2^width, with sc's memory (grown as needed): a
+// counting pass over their upper bits (about one bucket per ID), a scatter in bucket
+// order, then an insertion sort, which moves an ID only past the few that share its
+// bucket. Any input is sorted; only the cost depends on the spread.
+func spreadSort(ids []int64, sc *sortScratch, width uint) {
+	n := len(ids)
+	b := min(uint(bits.Len(uint(n))), width)
+	shift := width - b
+	if cap(sc.tmp) < n {
+		sc.tmp = make([]int64, n)
+	}
+	if cap(sc.counts) < 1<<b+1 {
+		sc.counts = make([]int32, 1<<b+1)
+	}
+	tmp, counts := sc.tmp[:n], sc.counts[:1<<b+1]
+	clear(counts)
+	for _, v := range ids {
+		counts[v>>shift+1]++
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	for _, v := range ids {
+		k := v >> shift
+		tmp[counts[k]] = v
+		counts[k]++
+	}
+	for i := 1; i < n; i++ {
+		v, j := tmp[i], i
+		for j > 0 && tmp[j-1] > v {
+			tmp[j] = tmp[j-1]
+			j--
+		}
+		tmp[j] = v
+	}
+	copy(ids, tmp)
 }
 
 // SegmentFiller is what the pools take segment IDs from.

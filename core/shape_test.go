@@ -332,3 +332,81 @@ func TestRangeAdmin(t *testing.T) {
 		t.Fatalf("the tag whose range was not set was added: %v", err)
 	}
 }
+
+// TestSpreadSort: spreadSort sorts whatever it is given, spread or not: images of
+// every size a reply may have, at the narrowest width (where there are more IDs than
+// buckets), numbers all in one bucket, and repeats; and Shape of a large opaque reply
+// equals the images sorted.
+func TestSpreadSort(t *testing.T) {
+	sc := &sortScratch{}
+	p63, _ := opaque.New(testKey, "t", 63)
+	p16, _ := opaque.New(testKey, "t", 16)
+	for _, tt := range []struct {
+		name  string
+		ids   []int64
+		width uint
+	}{
+		{"Images63", images(t, p63, 1, 1000), 63},
+		{"Images63Large", images(t, p63, 5000, 100_000), 63},
+		{"Images16All", images(t, p16, 1, 65535), 16},
+		{"OneBucket", seq(1, 500), 63},
+		{"Descending", func() []int64 { ids := seq(1, 300); slices.Reverse(ids); return ids }(), 40},
+		{"Repeats", []int64{5, 5, 1, 5, 1, 9, 9, 2, 3, 3, 5, 1, 1, 1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 0}, 16},
+	} {
+		want := slices.Clone(tt.ids)
+		slices.Sort(want)
+		got := slices.Clone(tt.ids)
+		spreadSort(got, sc, tt.width)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: spreadSort did not sort", tt.name)
+		}
+	}
+	ranges := &fakeRanges{ranges: map[string]wire.TagRange{"t": {Bits: 63, Opaque: true, Key: testFP}}}
+	s := newShaper(t, ranges, testKey)
+	ids := seq(1, 50_000)
+	if err := s.Shape("t", ids); err != nil || !slices.Equal(ids, sortedImages(t, p63, 1, 50_000)) {
+		t.Fatalf("Shape of 50,000 IDs is not their images sorted: %v", err)
+	}
+}
+
+func images(t *testing.T, p *opaque.Permutation, from int64, n int) []int64 {
+	t.Helper()
+	ids := seq(from, n)
+	if err := p.PermuteAll(ids); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func sortedImages(t *testing.T, p *opaque.Permutation, from int64, n int) []int64 {
+	ids := images(t, p, from, n)
+	slices.Sort(ids)
+	return ids
+}
+
+func BenchmarkShape(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		r    wire.TagRange
+	}{{"Default", wire.TagRange{}}, {"Capped53", wire.TagRange{Bits: 53}}, {"Opaque53", wire.TagRange{Bits: 53, Opaque: true, Key: testFP}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := NewShaper(&fakeRanges{ranges: map[string]wire.TagRange{"t": tc.r}}, testKey)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := make([]int64, 1000)
+			next := int64(1)
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range ids {
+					ids[i] = next + int64(i)
+				}
+				next += int64(len(ids))
+				if err := s.Shape("t", ids); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids)), "ns/id")
+		})
+	}
+}
