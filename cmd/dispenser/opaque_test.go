@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/internal/testutil"
@@ -361,4 +365,170 @@ func regexpLine(s, pattern string) bool {
 		}
 	}
 	return false
+}
+
+// TestOpaquePoolsBufferHTTP: with an opaque tag every path a client can take hands out
+// images of its numbers, each once and each revealed to a number the tag's segments
+// handed out: pre-filled replies (--pool), batches of the pool stream through
+// client.Consumer, the buffering client (a reply with gaps is kept as runs of one), and
+// Leaf's HTTP API.
+func TestOpaquePoolsBufferHTTP(t *testing.T) {
+	const size = 50
+	keyFile := writeKeyFile(t, deploymentKey)
+	d := startDispenser(t, func(c *testConfig) {
+		c.IDKeyFile = keyFile
+		if err := c.Pools.Set(fmt.Sprintf("segment:inv:%d:4", size)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := testutil.Context(t, time.Minute)
+	admin := d.client(t)
+	step, on := int64(200), true
+	if _, err := admin.AddTag(ctx, wire.AddTagRequest{Tag: "inv", Step: &step, Opaque: &on}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := opaque.New(deploymentKey, "inv", 63)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]string{}
+	take := func(how string, ids []int64) {
+		t.Helper()
+		for i, id := range ids {
+			if prev, dup := seen[id]; dup {
+				t.Fatalf("%s: ID %d handed out twice (first by %s)", how, id, prev)
+			}
+			seen[id] = how
+			if how != "buffer" && i > 0 && id <= ids[i-1] {
+				t.Fatalf("%s: reply not strictly increasing: %v", how, ids)
+			}
+		}
+	}
+
+	// Replies of the pool's size (pre-filled) and of others.
+	for i := range 40 {
+		n := size
+		if i%4 == 3 {
+			n = 7
+		}
+		ids, err := admin.SegmentN(ctx, "inv", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		take("request", ids)
+	}
+	// Until the pool (which found no tag before the add, and backs off) answers some.
+	statsNC := d.connect(t)
+	testutil.Eventually(t, 20*time.Second, "a request answered from the opaque tag's pool", func() bool {
+		ids, err := admin.SegmentN(ctx, "inv", size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		take("request", ids)
+		return pooledReplies(t, statsNC) > 0
+	})
+	// The pool stream, as an ETL job takes it.
+	js, err := jetstream.New(d.connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cons *client.Consumer
+	testutil.Eventually(t, 20*time.Second, "the pool stream's consumer", func() bool {
+		cons, err = client.NewConsumer(ctx, js, "leaf", wire.Segment, "inv")
+		return err == nil
+	})
+	for range 3 {
+		batch, err := cons.Next(ctx)
+		if err != nil {
+			t.Fatalf("a batch of the pool stream: %v", err)
+		}
+		if len(batch) != size {
+			t.Fatalf("a batch of the pool stream has %d IDs, want %d", len(batch), size)
+		}
+		take("pool stream", batch)
+	}
+	// The buffering client.
+	opts := client.DefaultBufferOptions()
+	opts.Batch = 100
+	buf, err := admin.Buffer(wire.Segment, "inv", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	var fromBuf []int64
+	for range 500 {
+		id, err := buf.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromBuf = append(fromBuf, id)
+	}
+	take("buffer", fromBuf)
+	// Leaf's HTTP API.
+	status, body := httpGet(t, "http://"+d.HTTPAddr().String()+"/api/segment/get/inv?count=20")
+	if status != 200 {
+		t.Fatalf("HTTP: %d %s", status, body)
+	}
+	take("HTTP", parseLines(t, body))
+
+	tags, err := admin.Tags(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxID int64
+	for _, tag := range tags {
+		if tag.Tag == "inv" {
+			maxID = tag.MaxID
+		}
+	}
+	numbers := map[int64]bool{}
+	for id, how := range seen {
+		n, err := p.Reveal(id)
+		if err != nil || n >= maxID || numbers[n] {
+			t.Fatalf("%s: Reveal(%d) = %d, %v; want a number below max_id %d, each once", how, id, n, err, maxID)
+		}
+		numbers[n] = true
+	}
+	t.Logf("%d IDs from requests, pools, the pool stream, the buffer and HTTP, max_id %d", len(seen), maxID)
+}
+
+// pooledReplies is the segment endpoint's pooled_replies in $SRV.STATS.leaf.
+func pooledReplies(t *testing.T, nc *nats.Conn) uint64 {
+	t.Helper()
+	msg, err := nc.Request("$SRV.STATS.leaf", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				Pooled uint64 `json:"pooled_replies"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(msg.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range stats.Endpoints {
+		if e.Name == "segment" {
+			return e.Data.Pooled
+		}
+	}
+	return 0
+}
+
+// httpGet gets url and returns its status and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
