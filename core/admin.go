@@ -169,9 +169,11 @@ func (c *Core) addedRange(ctx context.Context, r wire.AddTagRequest, t segment.T
 		return want, fmt.Errorf("%w: tag %q: the name carries the range %s of an earlier tag, whose IDs may have been handed out under it; add it with that range, or choose another name",
 			wire.ErrConflict, r.Tag, cur)
 	}
-	if want.IsDefault() || cur == want {
+	if want.IsDefault() {
 		return want, nil
 	}
+	// Set again when the name carries it already (a retried add): SetRange returns only
+	// once every dispenser has taken it in, which an earlier attempt may not have seen.
 	switch _, err := c.cfg.Tags.Tag(ctx, r.Tag); {
 	case err == nil:
 		return want, fmt.Errorf("add tag %q: %w", r.Tag, segment.ErrTagExists)

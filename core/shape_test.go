@@ -323,13 +323,17 @@ func TestRangeAdmin(t *testing.T) {
 			t.Errorf("list shows %s as %q, want %q", tag, got[tag], r)
 		}
 	}
-	// A SetRange that fails (a dispenser that did not take it in) leaves no tag behind.
+	// A SetRange that fails (a dispenser that did not take it in) leaves no tag behind,
+	// even when the name carries the range already (a retry after such a failure).
 	ranges.setErr = fmt.Errorf("%w: not every dispenser took it in", wire.ErrUnavailable)
-	if _, err := c.AddTag(ctx, wire.AddTagRequest{Tag: "late", Step: n(10), Opaque: flag(true)}); codeOrZero(err) != 503 {
-		t.Fatalf("AddTag whose range was not set = %v, want a 503", err)
-	}
-	if _, err := store.Tag(ctx, "late"); !errors.Is(err, segment.ErrTagNotFound) {
-		t.Fatalf("the tag whose range was not set was added: %v", err)
+	ranges.ranges["late2"] = opaqueFor(testKey)
+	for _, tag := range []string{"late", "late2"} {
+		if _, err := c.AddTag(ctx, wire.AddTagRequest{Tag: tag, Step: n(10), Opaque: flag(true)}); codeOrZero(err) != 503 {
+			t.Fatalf("AddTag(%s) whose range was not set = %v, want a 503", tag, err)
+		}
+		if _, err := store.Tag(ctx, tag); !errors.Is(err, segment.ErrTagNotFound) {
+			t.Fatalf("the tag %s whose range was not set was added: %v", tag, err)
+		}
 	}
 }
 
