@@ -36,7 +36,8 @@ import (
 // fsynced; changes that arrive while a write is under way go together in the next one.
 // One process per file: the dispenser's data-dir lock ensures it.
 type memory struct {
-	path string
+	path  string
+	write func(path string, data []byte) error // writeFileDurably; tests slow it down
 
 	writeMu sync.Mutex // one file write at a time; taken before mu
 
@@ -83,7 +84,7 @@ func openMemory(path string) (*memory, error) {
 	if path == "" {
 		return nil, errors.New("monotonic: config: MemoryFile is required: the file of the data dir that remembers the monotonic tags")
 	}
-	m := &memory{path: path, tags: map[string]bool{}, ranges: map[string]wire.TagRange{}}
+	m := &memory{path: path, write: writeFileDurably, tags: map[string]bool{}, ranges: map[string]wire.TagRange{}}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -186,7 +187,7 @@ func (m *memory) flush(need uint64) error {
 	}
 	version, data := m.version, encodeMemory(m.tags, m.ranges)
 	m.mu.Unlock()
-	if err := writeFileDurably(m.path, data); err != nil {
+	if err := m.write(m.path, data); err != nil {
 		return fmt.Errorf("monotonic: write %q: %w", m.path, err)
 	}
 	m.mu.Lock()

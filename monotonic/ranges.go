@@ -264,6 +264,35 @@ func (m *Manager) recomputeRanges() {
 	m.ranges.Store(next)
 }
 
+// rememberValueRange writes the range a value of <prefix>_tagopts gives to the memory
+// before the value is applied, when it is the range the tag resolves to and the memory
+// does not hold it yet: the watch goes on (and this dispenser's presence record
+// confirms the value) only once the file holds it, so that a SetRange that returned
+// finds every dispenser serving the tag, none still writing its data dir. A write that
+// fails is left to rememberRange, which retries while the tag answers 503.
+func (m *Manager) rememberValueRange(key string, value []byte) {
+	o, readable := decodeOptions(m.log, key, value)
+	if !readable || o.TagRange.IsDefault() {
+		return
+	}
+	var mem, rec *wire.TagRange
+	if r, ok := m.memory.rangeOf(key); ok {
+		mem = &r
+	}
+	m.mu.Lock()
+	if r, ok := m.recorded[key]; ok {
+		rec = &r
+	}
+	m.mu.Unlock()
+	r, _, err := resolveRange(key, &optValue{r: o.TagRange, readable: true}, mem, rec)
+	if err != nil || r != o.TagRange || mem != nil && *mem == r {
+		return
+	}
+	if err := m.memory.setRange(key, r); err != nil {
+		m.log.Warn("monotonic: cannot write a tag's range to the data dir; retrying while the tag is refused", "tag", key, "err", err)
+	}
+}
+
 // rememberRange writes r as name's range to the memory on a goroutine of its own
 // (one per tag at a time), retrying until it is written, then publishes the ranges
 // again. Called with mu held.

@@ -316,6 +316,9 @@ func (m *Manager) leasesResynced(applied map[string]uint64) {
 // it is a loss, and a remembered tag's mark is written back.
 func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
 	key := e.Key()
+	if e.Operation() == jetstream.KeyValuePut {
+		m.rememberValueRange(key, e.Value())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
