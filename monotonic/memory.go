@@ -62,14 +62,14 @@ var ErrCorruptMemory = errors.New("corrupt file of remembered monotonic tags")
 //	payments
 //	crc32 1b2c3d4e
 //
-// Once a tag has a range, the file is version 2, whose lines name after each tag what
-// is remembered of it (a version-1 reader refuses it, as it must: it would forget the
-// ranges):
+// Once a tag has a range, the file is version 2, whose lines name after each tag and a
+// tab (which no tag holds) what is remembered of it (a version-1 reader refuses it, as
+// it must: it would forget the ranges):
 //
 //	leafbus tag options v2
-//	invoices bits=53 opaque key=f412d2d97e6120bb37a45c97
-//	orders monotonic
-//	web monotonic bits=53
+//	invoices<TAB>bits=53 opaque key=f412d2d97e6120bb37a45c97
+//	orders<TAB>monotonic
+//	web<TAB>monotonic bits=53
 //	crc32 5e6f7a8b
 const (
 	memoryHeader     = "leafbus monotonic tags v1"
@@ -219,11 +219,15 @@ func encodeMemory(tags map[string]bool, ranges map[string]wire.TagRange) []byte 
 	}
 	for _, tag := range slices.Sorted(maps.Keys(names)) {
 		b = append(b, tag...)
+		b = append(b, '\t')
 		if tags[tag] {
-			b = append(b, " monotonic"...)
+			b = append(b, "monotonic"...)
 		}
 		if r, ok := ranges[tag]; ok {
-			b = append(b, " bits="...)
+			if tags[tag] {
+				b = append(b, ' ')
+			}
+			b = append(b, "bits="...)
 			b = strconv.AppendInt(b, int64(r.Width()), 10)
 			if r.Opaque {
 				b = append(b, " opaque key="...)
@@ -260,7 +264,10 @@ func decodeMemory(data []byte) (map[string]bool, map[string]wire.TagRange, error
 	for i, line := range lines[1:] {
 		tag, words := line, ""
 		if v2 {
-			tag, words, _ = strings.Cut(line, " ")
+			var ok bool
+			if tag, words, ok = strings.Cut(line, "\t"); !ok {
+				return nil, nil, fmt.Errorf("line %d: no tab after the tag", i+2)
+			}
 		}
 		if err := segment.CheckTagName(tag); err != nil {
 			return nil, nil, fmt.Errorf("line %d: %w", i+2, err)

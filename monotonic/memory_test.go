@@ -62,15 +62,17 @@ func TestMemoryCorrupt(t *testing.T) {
 		{"ErrBadTag", fixSum("leafbus monotonic tags v1\nor ders\n")},
 		{"ErrTwice", fixSum("leafbus monotonic tags v1\norders\norders\n")},
 		{"ErrOtherFile", "leafbus segment high-water marks v1\ncrc32 00000000\n"},
-		{"ErrV2Nothing", fixSum("leafbus tag options v2\norders\n")},
-		{"ErrV2Default", fixSum("leafbus tag options v2\norders bits=63\n")},
-		{"ErrV2Narrow", fixSum("leafbus tag options v2\norders bits=8\n")},
-		{"ErrV2BitsText", fixSum("leafbus tag options v2\norders bits=053\n")},
-		{"ErrV2OpaqueNoKey", fixSum("leafbus tag options v2\norders bits=53 opaque\n")},
-		{"ErrV2BadKey", fixSum("leafbus tag options v2\norders bits=53 opaque key=xyz\n")},
-		{"ErrV2Order", fixSum("leafbus tag options v2\norders bits=53 monotonic\n")},
-		{"ErrV2Unknown", fixSum("leafbus tag options v2\norders bits=53 salted\n")},
-		{"ErrV2Twice", fixSum("leafbus tag options v2\norders monotonic\norders bits=53\n")},
+		{"ErrV2NoTab", fixSum("leafbus tag options v2\norders\n")},
+		{"ErrV2Nothing", fixSum("leafbus tag options v2\norders\t\n")},
+		{"ErrV2Space", fixSum("leafbus tag options v2\norders bits=53\n")},
+		{"ErrV2Default", fixSum("leafbus tag options v2\norders\tbits=63\n")},
+		{"ErrV2Narrow", fixSum("leafbus tag options v2\norders\tbits=8\n")},
+		{"ErrV2BitsText", fixSum("leafbus tag options v2\norders\tbits=053\n")},
+		{"ErrV2OpaqueNoKey", fixSum("leafbus tag options v2\norders\tbits=53 opaque\n")},
+		{"ErrV2BadKey", fixSum("leafbus tag options v2\norders\tbits=53 opaque key=xyz\n")},
+		{"ErrV2Order", fixSum("leafbus tag options v2\norders\tbits=53 monotonic\n")},
+		{"ErrV2Unknown", fixSum("leafbus tag options v2\norders\tbits=53 salted\n")},
+		{"ErrV2Twice", fixSum("leafbus tag options v2\norders\tmonotonic\norders\tbits=53\n")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "monotonic.tags")
@@ -175,7 +177,7 @@ func TestMemoryKeepsRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(path)
-	want := "leafbus tag options v2\ninvoices bits=53 opaque key=" + fp + "\norders monotonic bits=40\nweb bits=53\n"
+	want := "leafbus tag options v2\ninvoices\tbits=53 opaque key=" + fp + "\norders\tmonotonic bits=40\nweb\tbits=53\n"
 	if !strings.HasPrefix(string(data), want) {
 		t.Fatalf("the file is\n%s\nwant it to start\n%s", data, want)
 	}
