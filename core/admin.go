@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,6 +19,19 @@ type TagStore interface {
 	AddTag(ctx context.Context, t segment.Tag) (segment.Tag, error)
 	UpdateTag(ctx context.Context, u segment.TagUpdate) (segment.Tag, error)
 }
+
+// TagRanges keeps the tags' ranges for the admin calls (package monotonic's Manager,
+// through the dispenser, which also writes them to the deployment record). SetRange
+// returns once every dispenser serves the tag with r, and refuses while one of them
+// does not know ranges.
+type TagRanges interface {
+	Ranges
+	SetRange(ctx context.Context, tag string, r wire.TagRange) error
+}
+
+// errRangesOff answers an admin call that sets a range on a dispenser built without
+// tag ranges.
+var errRangesOff = fmt.Errorf("%w: opaque tags and tag widths are not configured on this dispenser", wire.ErrUnavailable)
 
 // errMonotonicOff answers an admin call that sets "monotonic" on a dispenser built
 // without monotonic tags.
@@ -58,7 +73,8 @@ func (c *Core) Admin(call func(ctx context.Context)) error {
 	return nil
 }
 
-// TagInfo is a tag as the admin calls show it.
+// TagInfo is a tag as the admin calls show it, with the default range (setRange
+// shows another).
 func TagInfo(t segment.Tag) wire.TagInfo {
 	var ut string
 	if !t.UpdateTime.IsZero() {
@@ -71,7 +87,13 @@ func TagInfo(t segment.Tag) wire.TagInfo {
 		Step:        t.Step,
 		Description: t.Description,
 		UpdateTime:  ut,
+		Bits:        wire.MaxTagBits,
 	}
+}
+
+// setRange shows r in info.
+func setRange(info *wire.TagInfo, r wire.TagRange) {
+	info.Bits, info.Opaque, info.KeyFingerprint = r.Width(), r.Opaque, r.Key
 }
 
 // AddTag adds a tag (leaf.admin.tags.add), and writes its monotonic mark: false unless
@@ -96,12 +118,17 @@ func (c *Core) AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, 
 	if err := checkMarkable(r.Tag, r.Monotonic); err != nil {
 		return wire.TagInfo{}, err
 	}
+	rng, err := c.addedRange(ctx, r, t)
+	if err != nil {
+		return wire.TagInfo{}, err
+	}
 	added, err := c.cfg.Tags.AddTag(ctx, t)
 	if err != nil {
 		return wire.TagInfo{}, fmt.Errorf("add tag %q: %w", r.Tag, err)
 	}
-	c.log.Info("tag added", "tag", added.Name, "step", added.Step, "max_id", added.MaxID)
+	c.log.Info("tag added", "tag", added.Name, "step", added.Step, "max_id", added.MaxID, "range", rng)
 	info := TagInfo(added)
+	setRange(&info, rng)
 	if c.cfg.Monotonic == nil || !markable(info.Tag) {
 		return info, nil
 	}
@@ -114,6 +141,67 @@ func (c *Core) AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, 
 		c.log.Info("tag marked monotonic", "tag", info.Tag)
 	}
 	return info, nil
+}
+
+// addedRange is the range of the tag r adds (t, validated), written before the tag
+// exists in the store when it is not the default, so that no dispenser ever serves an
+// ID of it without the range: an opaque tag's numbers handed out raw could equal the
+// images of others. The name must not carry another range (one of an earlier tag of
+// that name, whose IDs may have been handed out under it).
+func (c *Core) addedRange(ctx context.Context, r wire.AddTagRequest, t segment.Tag) (wire.TagRange, error) {
+	var want wire.TagRange
+	if r.Bits != nil {
+		want.Bits = *r.Bits
+	}
+	if r.Opaque != nil && *r.Opaque {
+		if r.Monotonic != nil && *r.Monotonic {
+			return want, wire.BadRequest("tag %q: an opaque tag cannot be monotonic: its IDs are in no order", r.Tag)
+		}
+		if c.fingerprint() == "" {
+			return want, fmt.Errorf("%w: tag %q cannot be added opaque: the dispenser that answered has no ID key (--id-key-file, or LEAFBUS_ID_KEY)", ErrNoKey, r.Tag)
+		}
+		want.Opaque, want.Key = true, c.cfg.Shaper.Fingerprint()
+		if want.Bits == 0 {
+			want.Bits = wire.MaxTagBits
+		}
+	}
+	if err := want.Validate(); err != nil {
+		return want, wire.BadRequest("tag %q: %v", r.Tag, err)
+	}
+	want = want.Normal()
+	if c.cfg.TagRanges == nil {
+		if !want.IsDefault() {
+			return want, errRangesOff
+		}
+		return want, nil
+	}
+	if t.MaxID > want.Max() {
+		return want, wire.BadRequest("tag %q: max_id %d lies beyond its %d-bit range (IDs up to %d)", r.Tag, t.MaxID, want.Width(), want.Max())
+	}
+	cur, err := c.cfg.TagRanges.TagRange(r.Tag)
+	if err != nil {
+		return want, fmt.Errorf("add tag %q: %w", r.Tag, err)
+	}
+	if !cur.IsDefault() && cur != want {
+		return want, fmt.Errorf("%w: tag %q: the name carries the range %s of an earlier tag, whose IDs may have been handed out under it; add it with that range, or choose another name",
+			wire.ErrConflict, r.Tag, cur)
+	}
+	if want.IsDefault() {
+		return want, nil
+	}
+	// Set again when the name carries it already (a retried add): SetRange returns only
+	// once every dispenser has taken it in, which an earlier attempt may not have seen.
+	switch _, err := c.cfg.Tags.Tag(ctx, r.Tag); {
+	case err == nil:
+		return want, fmt.Errorf("add tag %q: %w", r.Tag, segment.ErrTagExists)
+	case !errors.Is(err, segment.ErrTagNotFound):
+		return want, fmt.Errorf("add tag %q: %w", r.Tag, err)
+	}
+	if err := c.cfg.TagRanges.SetRange(ctx, r.Tag, want); err != nil {
+		return want, fmt.Errorf("add tag %q: its range %s was not set, and the tag was not added: %w", r.Tag, want, err)
+	}
+	c.log.Info("tag range set", "tag", r.Tag, "range", want)
+	return want, nil
 }
 
 // ListTags lists every tag with its monotonic mark (leaf.admin.tags.list).
@@ -132,6 +220,13 @@ func (c *Core) ListTags(ctx context.Context) ([]wire.TagInfo, error) {
 	for _, t := range tags {
 		info := TagInfo(t)
 		info.Monotonic = marks[t.Name]
+		if c.cfg.TagRanges != nil {
+			// As this dispenser serves it: every dispenser took a range in before the
+			// call that set it was answered. A tag refused for a range in doubt shows the
+			// default here; its requests say why.
+			rng, _ := c.cfg.TagRanges.TagRange(t.Name)
+			setRange(&info, rng)
+		}
 		out = append(out, info)
 	}
 	return out, nil
@@ -143,8 +238,8 @@ func (c *Core) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.Tag
 	if err := segment.CheckTagName(r.Tag); err != nil {
 		return wire.TagInfo{}, err
 	}
-	if r.Step == nil && r.Description == nil && r.MaxID == nil && r.Monotonic == nil {
-		return wire.TagInfo{}, wire.BadRequest("nothing to update for tag %q: give step, description, max_id and/or monotonic", r.Tag)
+	if r.Step == nil && r.Description == nil && r.MaxID == nil && r.Monotonic == nil && r.Opaque == nil && r.Bits == nil {
+		return wire.TagInfo{}, wire.BadRequest("nothing to update for tag %q: give step, description, max_id, monotonic, opaque and/or bits", r.Tag)
 	}
 	if r.Monotonic != nil && c.cfg.Monotonic == nil {
 		return wire.TagInfo{}, errMonotonicOff
@@ -152,8 +247,11 @@ func (c *Core) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.Tag
 	if err := checkMarkable(r.Tag, r.Monotonic); err != nil {
 		return wire.TagInfo{}, err
 	}
+	cur, next, err := c.updatedRange(ctx, r)
+	if err != nil {
+		return wire.TagInfo{}, err
+	}
 	var t segment.Tag
-	var err error
 	if r.Step == nil && r.Description == nil && r.MaxID == nil {
 		t, err = c.cfg.Tags.Tag(ctx, r.Tag) // only the mark changes
 	} else {
@@ -172,10 +270,78 @@ func (c *Core) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.Tag
 		return wire.TagInfo{}, fmt.Errorf("update tag %q: %w", r.Tag, err)
 	}
 	info := TagInfo(t)
+	setRange(&info, cur)
+	if next != cur {
+		if err := c.cfg.TagRanges.SetRange(ctx, t.Name, next); err != nil {
+			return wire.TagInfo{}, fmt.Errorf("update tag %q: its range was not changed: %w", r.Tag, err)
+		}
+		c.log.Info("tag range changed", "tag", t.Name, "from", cur, "to", next)
+		setRange(&info, next)
+	}
 	if err := c.markUpdated(ctx, &info, r.Monotonic); err != nil {
 		return wire.TagInfo{}, err
 	}
 	return info, nil
+}
+
+// updatedRange is the tag's range now and after update r, refusing what may not
+// change. Whether a tag is opaque, and an opaque tag's width and key, are fixed when it
+// is added: its IDs handed out so far could equal IDs of the same numbers shaped
+// another way (raw, or under another width or key). The width of a tag that is not
+// opaque may change (it caps the numbers, it does not change them); r.Opaque and
+// r.Bits may repeat what the tag has.
+func (c *Core) updatedRange(ctx context.Context, r wire.UpdateTagRequest) (cur, next wire.TagRange, err error) {
+	if c.cfg.TagRanges == nil {
+		if r.Opaque != nil && *r.Opaque || r.Bits != nil && *r.Bits != wire.MaxTagBits {
+			return cur, next, errRangesOff
+		}
+		return cur, cur, nil
+	}
+	if cur, err = c.cfg.TagRanges.TagRange(r.Tag); err != nil {
+		return cur, cur, fmt.Errorf("update tag %q: %w", r.Tag, err)
+	}
+	next = cur
+	if r.Bits != nil {
+		next.Bits = *r.Bits
+	}
+	if r.Opaque != nil {
+		next.Opaque = *r.Opaque
+	}
+	switch {
+	case next.Opaque != cur.Opaque:
+		return cur, cur, wire.BadRequest("tag %q %s: whether a tag is opaque is fixed when it is added, since the IDs it may have handed out could equal IDs it would hand out after the change; add a new tag (--opaque)", r.Tag, map[bool]string{true: "is opaque", false: "is not opaque"}[cur.Opaque])
+	case cur.Opaque && r.Bits != nil && *r.Bits != cur.Width():
+		return cur, cur, wire.BadRequest("tag %q is opaque with %d bits: an opaque tag's width is part of its permutation and fixed when it is added; add a new tag", r.Tag, cur.Width())
+	case cur.Opaque && r.Opaque != nil && c.fingerprint() != cur.Key:
+		return cur, cur, fmt.Errorf("%w: tag %q is opaque under the ID key with fingerprint %s, not this dispenser's (%s): changing the key of a tag is refused, since its IDs under the old key could equal IDs under the new one",
+			wire.ErrConflict, r.Tag, cur.Key, cmp.Or(c.fingerprint(), "none"))
+	case r.Monotonic != nil && *r.Monotonic && cur.Opaque:
+		return cur, cur, wire.BadRequest("tag %q: an opaque tag cannot be monotonic: its IDs are in no order", r.Tag)
+	}
+	if err := next.Validate(); err != nil {
+		return cur, cur, wire.BadRequest("tag %q: %v", r.Tag, err)
+	}
+	next = next.Normal()
+	maxID := r.MaxID
+	if next.Width() < cur.Width() && maxID == nil {
+		t, err := c.cfg.Tags.Tag(ctx, r.Tag)
+		if err != nil {
+			return cur, cur, fmt.Errorf("update tag %q: %w", r.Tag, err)
+		}
+		maxID = &t.MaxID
+	}
+	if maxID != nil && *maxID > next.Max() {
+		return cur, cur, wire.BadRequest("tag %q: max_id %d lies beyond %d bits (IDs up to %d): the tag would refuse every ID it has left", r.Tag, *maxID, next.Width(), next.Max())
+	}
+	return cur, next, nil
+}
+
+// fingerprint is this dispenser's ID key's, "" without one.
+func (c *Core) fingerprint() string {
+	if c.cfg.Shaper == nil {
+		return ""
+	}
+	return c.cfg.Shaper.Fingerprint()
 }
 
 // markUpdated writes the mark of an updated tag when want is set, and shows the mark in

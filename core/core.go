@@ -70,6 +70,12 @@ type Config struct {
 	Monotonic  Monotonic // nil: no tag is monotonic, and setting the mark is refused
 	Tags       TagStore  // the admin calls' store; nil: they answer 503
 
+	// Shaper gives every segment reply its tag's range (a pool's source gets the same
+	// one, Shaper.Segments); nil: every tag has the default range. TagRanges is where
+	// the admin calls set ranges; nil: they refuse to (and then Shaper may be nil).
+	Shaper    *Shaper
+	TagRanges TagRanges
+
 	// WaitMax bounds how long a request waits (for a segment being loaded, the marks,
 	// a monotonic leader, a suspended snowflake generator); MaxWaiting bounds how many
 	// requests and admin calls may wait at once: beyond it they are answered 503 at
@@ -110,6 +116,9 @@ func (c Config) Validate() error {
 	if c.AdminTimeout <= 0 {
 		return fmt.Errorf("admin timeout %v: want > 0", c.AdminTimeout)
 	}
+	if c.TagRanges != nil && c.Shaper == nil {
+		return errors.New("core: tag ranges without a Shaper: their replies would not be shaped")
+	}
 	return nil
 }
 
@@ -124,7 +133,8 @@ type Request struct {
 
 // Answer is the core's answer to a Request: Count IDs, strictly increasing, in IDs or
 // as a ready-made reply body in the request's encoding (Reply), or an error (Err; CodeOf
-// gives its wire code). An answer Wait delivers holds a slice of the core's: the face
+// gives its wire code). Segment IDs have their tag's range (Config.Shaper): an opaque
+// tag's are the images of its numbers, sorted. An answer Wait delivers holds a slice of the core's: the face
 // calls Release once it no longer reads IDs.
 type Answer struct {
 	IDs   []int64
@@ -245,7 +255,7 @@ func (c *Core) takeSegment(r Request, dst []int64) (Answer, bool) {
 			if err == nil && !ok {
 				return Answer{}, false
 			}
-			return c.answer(r, dst, err), true
+			return c.answer(r, dst, c.shaped(r, dst, err)), true
 		}
 	}
 	if c.cfg.Batches != nil {
@@ -260,7 +270,18 @@ func (c *Core) takeSegment(r Request, dst []int64) (Answer, bool) {
 	if err == nil && !ok {
 		return Answer{}, false
 	}
-	return c.answer(r, dst, err), true
+	return c.answer(r, dst, c.shaped(r, dst, err)), true
+}
+
+// shaped gives the segment IDs a fill put in ids their tag's range (Shaper.Shape) when
+// the fill, which returned err, succeeded. The range is asked for after the fill: a
+// range written before the tag's first segment was taken (as an opaque tag's add does)
+// is the one its IDs get.
+func (c *Core) shaped(r Request, ids []int64, err error) error {
+	if err != nil || c.cfg.Shaper == nil || r.Kind != wire.Segment {
+		return err
+	}
+	return c.cfg.Shaper.Shape(r.Tag, ids)
 }
 
 var (
@@ -286,7 +307,7 @@ func (c *Core) Wait(r Request, done func(Answer)) error {
 	st.waited.Add(1)
 	buf := c.getIDs(r.Count)
 	finish := func(err error) {
-		a := c.answer(r, *buf, err)
+		a := c.answer(r, *buf, c.shaped(r, *buf, err))
 		if a.Err != nil {
 			st.waitErrors.Add(1)
 			c.ids.Put(buf)

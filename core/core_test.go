@@ -122,7 +122,8 @@ func TestCodeOf(t *testing.T) {
 
 // TestTakeAllocatesNothing: a request answered from memory allocates nothing on every
 // path Take takes (a pool's reply, a monotonic tag's leader, an ordinary tag's buffers,
-// the snowflake generator), since the NATS face calls it on its delivery goroutine.
+// an opaque or narrow tag's shaping, the snowflake generator), since the NATS face calls
+// it on its delivery goroutine.
 func TestTakeAllocatesNothing(t *testing.T) {
 	if testutil.RaceEnabled {
 		t.Skip("the race detector allocates")
@@ -132,12 +133,15 @@ func TestTakeAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := readyReply([]byte("1\n2"))
+	ranges := &fakeRanges{ranges: map[string]wire.TagRange{"inv": opaque53, "web": capped40}}
 	c := newCore(t, func(cfg *Config) {
 		cfg.Segments, cfg.Snowflakes, cfg.Batches = fixedSegments{}, sfs, pool
 		cfg.Monotonic = &fakeMonotonic{marks: map[string]bool{"ordered": true}, inMemory: true}
+		cfg.Shaper, cfg.TagRanges = newShaper(t, ranges, testKey), ranges
 	})
-	dst := make([]int64, 10)
-	for _, r := range []Request{segReq("orders", 10), segReq("ordered", 10), sfReq(10), segReq("pooled", 2)} {
+	dst := make([]int64, 100)
+	for _, r := range []Request{segReq("orders", 10), segReq("ordered", 10), sfReq(10), segReq("pooled", 2),
+		segReq("inv", 10), segReq("inv", 100), segReq("web", 10)} {
 		if n := testing.AllocsPerRun(1000, func() {
 			if a, ok := c.Take(r, dst[:r.Count]); !ok || a.Err != nil {
 				t.Fatalf("Take(%+v) = %+v, %v", r, a, ok)

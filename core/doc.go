@@ -16,6 +16,12 @@
 // a face that serves each request on a goroutine of its own. Either way the same
 // routing, the same bound on waiting, and the same error table apply.
 //
+// A segment reply gets its tag's range once, here, for every face and for the pools'
+// pre-filled replies (Shaper): a tag narrower than 63 bits is refused once its numbers
+// leave the range, and an opaque tag's numbers become their images under the tag's
+// keyed permutation (package opaque), sorted.
+//
 // The core also carries out the admin calls on tags (add, list, update, with their
-// monotonic marks) and decodes snowflake IDs, so that what they mean is written once.
+// monotonic marks and ranges) and decodes snowflake IDs, so that what they mean is
+// written once.
 package core

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -292,11 +293,85 @@ func AddMonotonic(ctx context.Context, r *Records, tags []string, node string, n
 	}
 }
 
+// ErrRangeFixed is returned by SetRange for a change of an opaque tag's range, or of a
+// tag to or from opaque: the IDs it handed out could meet the ones it would hand out.
+var ErrRangeFixed = errors.New("an opaque tag's range never changes")
+
+// SetRange makes the record's tag ranges say rng for tag (the default: none), with a
+// compare-and-set, by node: what the admin calls do before they write the range into
+// <prefix>_tagopts, so that a tag's range is in the record first. A record that already
+// says so is not written; an opaque range in it is never changed, nor a narrow one made
+// opaque (ErrRangeFixed: only a tag the record gives the default range, a new one, may
+// become opaque here; package core refuses it for a tag that exists). No record is
+// ErrNoRecord.
+func SetRange(ctx context.Context, r *Records, tag string, rng wire.TagRange, node string, now time.Time) error {
+	if err := wire.CheckTag(tag); err != nil {
+		return err
+	}
+	rng = rng.Normal()
+	for attempt := 1; ; attempt++ {
+		e, err := r.Get(ctx)
+		if err != nil {
+			return err
+		}
+		cur := e.Record.RangeOf(tag)
+		if cur == rng {
+			return nil
+		}
+		if cur.Opaque || rng.Opaque && !cur.IsDefault() {
+			return fmt.Errorf("%w: tag %q is %s in the deployment record, not %s", ErrRangeFixed, tag, cur, rng)
+		}
+		rec := e.Record
+		rec.TagRanges = withRange(rec.TagRanges, tag, rng)
+		_, err = r.Update(ctx, stamp(rec, node, now, fmt.Sprintf("tag %s given the range %s through %s", tag, rng, node)), e.Revision)
+		if errors.Is(err, ErrChanged) && attempt < casAttempts {
+			continue
+		}
+		return err
+	}
+}
+
+// AddRanges adds to the record the ranges of ranges for tags it lists none of, with a
+// compare-and-set: what a dispenser does at start with ranges it finds in
+// <prefix>_tagopts that the record lacks. A range the record lists is never replaced.
+func AddRanges(ctx context.Context, r *Records, ranges map[string]wire.TagRange, node string, now time.Time) error {
+	for attempt := 1; ; attempt++ {
+		e, err := r.Get(ctx)
+		if err != nil {
+			return err
+		}
+		rec, added := e.Record, false
+		for _, tag := range slices.Sorted(maps.Keys(ranges)) {
+			if rng := ranges[tag].Normal(); !rng.IsDefault() && rec.RangeOf(tag).IsDefault() {
+				rec.TagRanges, added = withRange(rec.TagRanges, tag, rng), true
+			}
+		}
+		if !added {
+			return nil
+		}
+		_, err = r.Update(ctx, stamp(rec, node, now, "tag ranges found at the start of "+node), e.Revision)
+		if errors.Is(err, ErrChanged) && attempt < casAttempts {
+			continue
+		}
+		return err
+	}
+}
+
+// withRange is ranges with tag's range set to rng (the default: removed), sorted.
+func withRange(ranges []wire.DeployedRange, tag string, rng wire.TagRange) []wire.DeployedRange {
+	out := slices.DeleteFunc(slices.Clone(ranges), func(r wire.DeployedRange) bool { return r.Tag == tag })
+	if !rng.IsDefault() {
+		out = append(out, wire.DeployedRange{Tag: tag, TagRange: rng.Normal()})
+	}
+	slices.SortFunc(out, func(a, b wire.DeployedRange) int { return cmp.Compare(a.Tag, b.Tag) })
+	return out
+}
+
 // Replace is the record `dispenser deployment set` writes: current (nil when there is
 // none, or it is unreadable) with own's segment store and snowflake layout, and own's
 // registry for own's worker IDs in place of every registry that hands out any of them
-// (with dropOthers, in place of all of them), its monotonic tags kept; written by node
-// at now.
+// (with dropOthers, in place of all of them), its monotonic tags and tag ranges kept;
+// written by node at now.
 func Replace(current *wire.Deployment, own Own, dropOthers bool, node string, now time.Time) wire.Deployment {
 	if current == nil {
 		return NewRecord(own, nil, node, now, "deployment set by "+node)

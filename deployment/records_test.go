@@ -254,6 +254,67 @@ func TestSetMonotonic(t *testing.T) {
 	}
 }
 
+// TestSetRange: the record's tag ranges follow the admin calls (sorted, the default
+// removed), an opaque entry never changes, AddRanges adds only what is missing, Replace
+// keeps them, and a record with ranges still reads back.
+func TestSetRange(t *testing.T) {
+	t.Parallel()
+	r, _ := openRecords(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	const fp = "f412d2d97e6120bb37a45c97"
+	opaque := wire.TagRange{Bits: 53, Opaque: true, Key: fp}
+	if err := SetRange(ctx, r, "inv", opaque, "disp-1", when); !errors.Is(err, ErrNoRecord) {
+		t.Fatalf("SetRange without a record = %v, want ErrNoRecord", err)
+	}
+	if _, _, err := Check(ctx, r, prodOwn(), "disp-1", when); err != nil {
+		t.Fatal(err)
+	}
+	ranges := func() string {
+		e, err := r.Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(e.Record.TagRanges)
+	}
+	for _, step := range []struct {
+		tag     string
+		rng     wire.TagRange
+		want    string
+		wantErr error
+	}{
+		{"web", wire.TagRange{Bits: 53}, "[web: 53 bits]", nil},
+		{"web", opaque, "[web: 53 bits]", ErrRangeFixed},
+		{"inv", opaque, "[inv: opaque, 53 bits, key " + fp + " web: 53 bits]", nil},
+		{"inv", opaque, "[inv: opaque, 53 bits, key " + fp + " web: 53 bits]", nil},
+		{"web", wire.TagRange{Bits: 40}, "[inv: opaque, 53 bits, key " + fp + " web: 40 bits]", nil},
+		{"web", wire.TagRange{Bits: 63}, "[inv: opaque, 53 bits, key " + fp + "]", nil},
+		{"inv", wire.TagRange{Bits: 53}, "[inv: opaque, 53 bits, key " + fp + "]", ErrRangeFixed},
+		{"inv", wire.TagRange{}, "[inv: opaque, 53 bits, key " + fp + "]", ErrRangeFixed},
+		{"plain", wire.TagRange{Bits: 63, Opaque: true, Key: fp}, "[inv: opaque, 53 bits, key " + fp + " plain: opaque, 63 bits, key " + fp + "]", nil},
+	} {
+		err := SetRange(ctx, r, step.tag, step.rng, "disp-1", when)
+		if !errors.Is(err, step.wantErr) || (err == nil) != (step.wantErr == nil) {
+			t.Fatalf("SetRange(%s, %v) = %v, want %v", step.tag, step.rng, err, step.wantErr)
+		}
+		if got := ranges(); got != step.want {
+			t.Fatalf("after SetRange(%s, %v): %s, want %s", step.tag, step.rng, got, step.want)
+		}
+	}
+	if err := AddRanges(ctx, r, map[string]wire.TagRange{"inv": {Bits: 20}, "app": {Bits: 53}, "dflt": {}}, "disp-2", when); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ranges(), "[app: 53 bits inv: opaque, 53 bits, key "+fp+" plain: opaque, 63 bits, key "+fp+"]"; got != want {
+		t.Fatalf("after AddRanges: %s, want %s", got, want)
+	}
+	e, err := r.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next := Replace(&e.Record, prodOwn(), false, "disp-3", when); fmt.Sprint(next.TagRanges) != fmt.Sprint(e.Record.TagRanges) {
+		t.Fatalf("Replace lost the tag ranges: %v", next.TagRanges)
+	}
+}
+
 // waitErr waits up to d for Run's result.
 func waitErr(tb testing.TB, done <-chan error, d time.Duration) error {
 	tb.Helper()

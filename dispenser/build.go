@@ -31,6 +31,7 @@ func (d *Dispenser) steps() []step {
 	return []step{
 		{"data dir", d.lockDataDir}, // first: nothing may open the dir before it is ours
 		{"epoch", d.checkEpoch},
+		{"id key", d.loadIDKey}, // idkey.go
 		{"mysql", d.checkMySQL},
 		{"nats", d.startNATS},
 		{"segment marks", d.openMarks},
@@ -182,7 +183,8 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	cfg := d.cfg
 	batchCfg := pools.DefaultConfig()
 	batchCfg.Specs = cfg.Pools
-	batchCfg.Segments = d.mono.OrdinaryOnly(d.segments) // a pool never holds a monotonic tag
+	// A pool never holds a monotonic tag; its batches have their tag's range.
+	batchCfg.Segments = d.shaper.Segments(d.mono.OrdinaryOnly(d.segments))
 	batchCfg.Snowflakes = d.snowflakes
 	batchCfg.Logger = d.log.With("component", "pools")
 	if d.batches, err = pools.New(batchCfg); err != nil {
@@ -192,7 +194,7 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	streamCfg.JetStream = d.js
 	streamCfg.Prefix = cfg.Prefix
 	streamCfg.Specs = cfg.Pools
-	streamCfg.Segments = d.mono.OrdinaryOnly(d.segments)
+	streamCfg.Segments = d.shaper.Segments(d.mono.OrdinaryOnly(d.segments))
 	// Batches a pool stored before its tag was marked monotonic are purged, not left for
 	// a job to take after IDs the leader has handed out since.
 	streamCfg.Excluded = d.mono.IsMonotonic
@@ -214,6 +216,7 @@ func (d *Dispenser) newCore(context.Context) (err error) {
 	cc.Snowflakes = d.snowflakes
 	cc.Monotonic = d.recordedMarks() // deployment.go: the record follows a mark
 	cc.Tags = d.store
+	cc.Shaper, cc.TagRanges = d.shaper, d.recordedMarks() // and a range
 	if len(cfg.Pools) > 0 {
 		cc.Batches = d.batches
 	}

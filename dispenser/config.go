@@ -101,6 +101,13 @@ type Config struct {
 	// is a warning, and the dispenser serves without HTTP.
 	HTTP         string
 	HTTPExplicit bool
+	// IDKeyFile names the file holding the ID key of opaque tags (--id-key-file); IDKey
+	// is the key itself, as such a file holds it (LEAFBUS_ID_KEY, with no flag: a key
+	// never stands on a command line). At most one of them; with neither, opaque tags
+	// are refused (idkey.go). The key is never logged or written anywhere.
+	IDKeyFile string
+	IDKey     string
+
 	// MetricsMaxTags bounds the tag label of the per-tag segment metrics
 	// (--metrics-max-tags): the busiest tags by name, the rest summed as tag="_other".
 	MetricsMaxTags int
@@ -199,6 +206,7 @@ func (c Config) Validate() error {
 	errs = append(errs, c.checkClock()...)
 	errs = append(errs, c.checkHTTP()...)
 	errs = append(errs, c.checkMonotonic()...)
+	errs = append(errs, c.checkIDKey()...)
 	return errors.Join(errs...)
 }
 

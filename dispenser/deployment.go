@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/leafbus/leafbus/deployment"
@@ -74,7 +75,10 @@ func (d *Dispenser) checkDeployment(ctx context.Context) error {
 // the marks the record lists and the monotonic package does not have (its bucket lost,
 // <prefix>_tagopts) are written again, and the marks it has that the record lacks (set
 // by a dispenser older than the record) are added to the record. Either way a tag ends
-// up marked: the stronger promise is the safe side of a doubt.
+// up marked: the stronger promise is the safe side of a doubt. The record's tag ranges
+// go to the monotonic package, which serves a tag with the range the record names when
+// its value lost it (and writes it back), and ranges found in <prefix>_tagopts that the
+// record lacks are added to it.
 func (d *Dispenser) restoreMonotonicMarks(ctx context.Context) error {
 	marked, err := d.mono.MonotonicTags(ctx)
 	if err != nil {
@@ -82,6 +86,9 @@ func (d *Dispenser) restoreMonotonicMarks(ctx context.Context) error {
 	}
 	e, err := d.records.Get(ctx)
 	if err != nil {
+		return err
+	}
+	if err := d.restoreRanges(ctx, e.Record); err != nil {
 		return err
 	}
 	for _, tag := range e.Record.MonotonicTags {
@@ -107,6 +114,43 @@ func (d *Dispenser) restoreMonotonicMarks(ctx context.Context) error {
 	return nil
 }
 
+// restoreRanges gives the monotonic package the record's tag ranges, adds to the
+// record the ranges <prefix>_tagopts holds that it lacks, and says in the log which
+// opaque tags this dispenser will refuse for want of their key.
+func (d *Dispenser) restoreRanges(ctx context.Context, rec wire.Deployment) error {
+	d.mono.SetRecordedRanges(rec.TagRanges)
+	opts, err := d.mono.TagOptions(ctx)
+	if err != nil {
+		return err
+	}
+	missing := map[string]wire.TagRange{}
+	for tag, o := range opts {
+		if o.Err == nil && !o.Range.IsDefault() && rec.RangeOf(tag).IsDefault() {
+			missing[tag] = o.Range
+		}
+	}
+	if len(missing) > 0 {
+		if err := deployment.AddRanges(ctx, d.records, missing, d.cfg.NodeID, d.clock.Now()); err != nil {
+			return err
+		}
+		d.log.Info("tag ranges added to the deployment record", "tags", slices.Sorted(maps.Keys(missing)))
+	}
+	var refused []string
+	for _, r := range rec.TagRanges {
+		if r.Opaque && r.Key != d.shaper.Fingerprint() {
+			refused = append(refused, r.Tag)
+		}
+	}
+	switch {
+	case len(refused) == 0:
+	case d.shaper.Fingerprint() == "":
+		d.log.Warn("this deployment has opaque tags, and this dispenser no ID key: it refuses them (503) until it is started with --id-key-file", "tags", len(refused), "first", refused[0])
+	default:
+		d.log.Error("opaque tags of this deployment are keyed with another ID key than this dispenser's: it refuses them (503); every dispenser needs the same --id-key-file", "tags", len(refused), "first", refused[0], "fingerprint", d.shaper.Fingerprint())
+	}
+	return nil
+}
+
 // watchDeployment runs while Run runs: it reads the record every few seconds and stops
 // the dispenser (its error names every difference) once it no longer fits it; and it
 // marks again a monotonic tag the record lists that the monotonic package lost while
@@ -124,8 +168,9 @@ func (d *Dispenser) watchDeployment(ctx context.Context) error {
 // remarkMonotonic marks again each tag of rec that is no longer marked where the
 // monotonic package keeps the marks (<prefix>_tagopts lost while this dispenser ran,
 // and created again empty), so that no dispenser goes on serving it, or starts to
-// serve it, as an ordinary tag.
+// serve it, as an ordinary tag; and gives the monotonic package rec's tag ranges.
 func (d *Dispenser) remarkMonotonic(ctx context.Context, rec wire.Deployment) {
+	d.mono.SetRecordedRanges(rec.TagRanges)
 	if len(rec.MonotonicTags) == 0 {
 		return
 	}
@@ -170,6 +215,24 @@ func (m recordedMarks) SetMonotonic(ctx context.Context, tag string, on bool) er
 		return err
 	}
 	return m.Manager.SetMonotonic(ctx, tag, false)
+}
+
+// SetRange writes a tag's range to the record first, then to <prefix>_tagopts (which
+// waits until every dispenser serves it): the record is how a dispenser that remembers
+// nothing learns the range of an opaque tag whose value was lost, so it must never lack
+// one that is served. Nothing is written while a dispenser knows no ranges.
+func (m recordedMarks) SetRange(ctx context.Context, tag string, r wire.TagRange) error {
+	if err := m.Manager.RangesKnown(ctx); err != nil {
+		return err
+	}
+	err := deployment.SetRange(ctx, m.d.records, tag, r, m.d.cfg.NodeID, m.d.clock.Now())
+	switch {
+	case errors.Is(err, deployment.ErrRangeFixed):
+		return fmt.Errorf("%w: %w", wire.ErrConflict, err)
+	case err != nil:
+		return fmt.Errorf("%w: tag %q: the deployment record's tag ranges were not updated (retry): %w", wire.ErrUnavailable, tag, err)
+	}
+	return m.Manager.SetRange(ctx, tag, r)
 }
 
 func (m recordedMarks) record(ctx context.Context, tag string, on bool) error {

@@ -50,7 +50,9 @@ type Dispenser struct {
 	js            jetstream.JetStream
 	store         segment.Store
 	segments      *segment.Generator
-	mono          *monotonic.Manager // monotonic tags (monotonic.go)
+	mono          *monotonic.Manager // monotonic tags and tag ranges (monotonic.go)
+	idKey         []byte             // the ID key of opaque tags (idkey.go); nil: none
+	shaper        *core.Shaper       // gives segment replies their tag's range (monotonic.go)
 	registry      workerid.Registry
 	forever       *workerid.Forever
 	floor         int64

@@ -63,6 +63,11 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 		return fmt.Errorf("monotonic tags: %w", err)
 	}
 	d.mono = mono
+	// The tags' ranges live beside their marks; the Shaper gives every segment reply,
+	// and every pool batch, its tag's range.
+	if d.shaper, err = core.NewShaper(mono, d.idKey); err != nil {
+		return fmt.Errorf("--id-key-file: %w", err)
+	}
 	return nil
 }
 
@@ -95,4 +100,18 @@ func (d *Dispenser) withMarks(r httpapi.Readiness) httpapi.Readiness {
 		}
 		return h
 	})
+}
+
+// describeRange is the status page's range of a tag: "" for the default, what refuses
+// it when it is refused.
+func (d *Dispenser) describeRange(tag string) string {
+	r, _, err := d.shaper.Range(tag)
+	switch {
+	case err != nil:
+		code, _ := core.CodeOf(err)
+		return fmt.Sprintf("%s (refused here: %d)", r, code)
+	case r.IsDefault():
+		return ""
+	}
+	return r.String()
 }

@@ -29,6 +29,10 @@ type Status struct {
 	// Rows are the segment store's rows (Leaf's leaf_alloc with the MySQL store, as
 	// Leaf's /db page shows them); nil leaves the section out.
 	Rows TagRows
+	// TagRange describes a tag's range when it is not the default ("opaque, 53 bits,
+	// key ...", "53 bits"; PROTOCOL.md "Opaque tags and widths"), "" for the default;
+	// shown beside the tag's buffers and its row. nil: not shown.
+	TagRange func(tag string) string
 	// Cluster returns every dispenser the $SRV discovery finds; nil leaves it out.
 	Cluster func(ctx context.Context) ([]Peer, error)
 
@@ -122,17 +126,25 @@ type pageData struct {
 	Totals        []metrics.Total
 	Issued        map[string]uint64 // IDs issued per kind, both transports
 	Tags          []metrics.SegmentTag
+	TagRanges     map[string]string // of Tags, those not the default
 	TagCount      int
 	MoreTags      int
-	Rows          []segment.Tag
+	Rows          []statusRow
 	RowCount      int
 	RowsErr       string
 	Pools         []metrics.Pool
 	Cluster       []peerView
 	ClusterErr    string
 	ShowRows      bool
+	ShowRanges    bool
 	ShowCluster   bool
 	ShowSnowflake bool
+}
+
+// statusRow is a store row with its range.
+type statusRow struct {
+	segment.Tag
+	Range string
 }
 
 type peerView struct {
@@ -172,7 +184,7 @@ func (s *Server) pageData(ctx context.Context) pageData {
 	d := pageData{
 		Refresh: int(st.Refresh.Round(time.Second) / time.Second), Now: now, Node: st,
 		Version: s.cfg.Version, Uptime: now.Sub(s.started), NotReady: s.notReady(),
-		ShowRows: st.Rows != nil, ShowCluster: st.Cluster != nil,
+		ShowRows: st.Rows != nil, ShowRanges: st.TagRange != nil, ShowCluster: st.Cluster != nil,
 	}
 	d.Refresh = max(d.Refresh, 1)
 	fctx, cancel := context.WithTimeout(ctx, st.FetchTimeout)
@@ -206,6 +218,14 @@ func (s *Server) pageData(ctx context.Context) pageData {
 		top, rest := metrics.Busiest(all, st.MaxTags)
 		slices.SortFunc(top, func(a, b metrics.SegmentTag) int { return cmp.Compare(a.Tag, b.Tag) })
 		d.Tags, d.TagCount, d.MoreTags = top, len(all), len(rest)
+		if f := st.TagRange; f != nil {
+			d.TagRanges = map[string]string{}
+			for _, t := range top {
+				if r := f(t.Tag); r != "" {
+					d.TagRanges[t.Tag] = r
+				}
+			}
+		}
 	}
 	if src := st.Sources.Pools; src != nil {
 		d.Pools = src()
@@ -214,13 +234,21 @@ func (s *Server) pageData(ctx context.Context) pageData {
 	return d
 }
 
-func (s *Server) rows(ctx context.Context) ([]segment.Tag, int, string) {
+func (s *Server) rows(ctx context.Context) ([]statusRow, int, string) {
 	rows, err := s.cfg.Status.Rows.Tags(ctx)
 	if err != nil {
 		return nil, 0, oneLine(err.Error())
 	}
 	slices.SortFunc(rows, func(a, b segment.Tag) int { return cmp.Compare(a.Name, b.Name) })
-	return rows[:min(len(rows), s.cfg.Status.MaxTags)], len(rows), ""
+	out := make([]statusRow, 0, min(len(rows), s.cfg.Status.MaxTags))
+	for _, t := range rows[:min(len(rows), s.cfg.Status.MaxTags)] {
+		row := statusRow{Tag: t}
+		if f := s.cfg.Status.TagRange; f != nil {
+			row.Range = f(t.Name)
+		}
+		out = append(out, row)
+	}
+	return out, len(rows), ""
 }
 
 func (s *Server) cluster(ctx context.Context, now time.Time) ([]peerView, string) {

@@ -158,6 +158,12 @@ func statusServer(tb testing.TB) (addr string) {
 	cfg.Status = httpapi.Status{
 		NodeID: "dispenser-1", Prefix: "leaf", NATS: "nats://127.0.0.1:4222", SegmentStore: "kv",
 		Sources: sources, Rows: store, Refresh: 5 * time.Second, MaxTags: 200, FetchTimeout: time.Second,
+		TagRange: func(tag string) string {
+			if tag == "payments" {
+				return "opaque, 53 bits"
+			}
+			return ""
+		},
 		Cluster: func(context.Context) ([]httpapi.Peer, error) {
 			return []httpapi.Peer{
 				{NodeID: "dispenser-1", Version: "1.4.0", WorkerID: 42, Clock: time.Now()},
@@ -243,7 +249,8 @@ func TestStatusPageWithoutJavaScript(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("GET /: %d", status)
 	}
-	for _, want := range []string{`<meta name="viewport"`, `<meta http-equiv="refresh" content="5">`, "orders", "payments", `id="worker-id">42<`, "dispenser-2"} {
+	for _, want := range []string{`<meta name="viewport"`, `<meta http-equiv="refresh" content="5">`, "orders", "payments", `id="worker-id">42<`, "dispenser-2",
+		"<th>range</th>", "<td>opaque, 53 bits</td>", `payments<br><span class="muted">opaque, 53 bits</span>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("GET / lacks %q", want)
 		}

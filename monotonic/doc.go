@@ -158,6 +158,16 @@
 //     when it names no live dispenser), so the tag answers 503 while it is rewritten and
 //     is served again about half a TTL after its writer stopped.
 //
+// # Tag ranges
+//
+// The value of a tag in <prefix>_tagopts also holds its range (wire.TagRange: a width,
+// and whether the tag is opaque, with its key's fingerprint), which this package keeps
+// for the core the way it keeps the marks: watched, remembered in the data dir before a
+// tag is served, taken from the deployment record, written back when lost. TagRange is
+// the request path's lookup; SetRange writes a range and returns once every dispenser
+// has taken it in, refusing while one of them is of a version that knows no ranges
+// (ranges.go says how each source counts).
+//
 // With a MySQL store (Config.FoldCase), a tag whose name differs only in case from a
 // monotonic one is refused (400), since MySQL keeps both as one row; the KV store keeps
 // them apart, and there both are served. Pools never serve a monotonic tag

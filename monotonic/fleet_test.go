@@ -335,7 +335,7 @@ func remembered(t testing.TB, e *env, name string) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tags, err := decodeMemory(data)
+	tags, _, err := decodeMemory(data)
 	if err != nil {
 		t.Fatal(err)
 	}

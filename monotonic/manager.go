@@ -38,6 +38,7 @@ type Manager struct {
 	memory   *memory // the tags this dispenser treated as monotonic (memory.go)
 
 	marks   atomic.Pointer[markSet]
+	ranges  atomic.Pointer[rangeSet]             // the tags' ranges, for the request path (ranges.go)
 	states  atomic.Pointer[map[string]*tagState] // copy of tags, for the request path
 	ready   chan struct{}
 	isReady atomic.Bool
@@ -58,12 +59,20 @@ type Manager struct {
 	mu       sync.Mutex
 	optState map[string]bool          // per key of <prefix>_tagopts: its monotonic value; no entry: no value (absent, deleted)
 	markRev  map[string]uint64        // per key of <prefix>_tagopts: the revision of its value
-	tags     map[string]*tagState     // tags with a campaign
-	holders  map[string]*holder       // the last lease record seen per key
-	ended    map[string]chan struct{} // per tag, closed when its last campaign returned
-	runCtx   context.Context
-	stopping bool
-	wg       sync.WaitGroup
+	optRange map[string]optValue      // per key of <prefix>_tagopts: the range its value gives (ranges.go)
+	recorded map[string]wire.TagRange // the deployment record's ranges (SetRecordedRanges)
+	// remembering is, per tag, the range being written to the memory; writingBack the
+	// tags whose range is being written back; refusedRanges the last refusal logged
+	// per tag (ranges.go).
+	remembering   map[string]wire.TagRange
+	writingBack   map[string]bool
+	refusedRanges map[string]string
+	tags          map[string]*tagState     // tags with a campaign
+	holders       map[string]*holder       // the last lease record seen per key
+	ended         map[string]chan struct{} // per tag, closed when its last campaign returned
+	runCtx        context.Context
+	stopping      bool
+	wg            sync.WaitGroup
 }
 
 // tagState is one monotonic tag on this dispenser: the lease as last seen, this
@@ -154,21 +163,25 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg:          cfg,
-		log:          cfg.Logger,
-		nc:           cfg.Conn,
-		subjects:     wire.Subjects{Prefix: cfg.Prefix},
-		clock:        cfg.Now,
-		memory:       mem,
-		ready:        make(chan struct{}),
-		presenceKick: make(chan struct{}, 1),
-		checks:       make(map[string]instanceCheck),
-		optState:     make(map[string]bool),
-		markRev:      make(map[string]uint64),
-		busy:         make(map[string]time.Duration),
-		tags:         make(map[string]*tagState),
-		holders:      make(map[string]*holder),
-		ended:        make(map[string]chan struct{}),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		nc:            cfg.Conn,
+		subjects:      wire.Subjects{Prefix: cfg.Prefix},
+		clock:         cfg.Now,
+		memory:        mem,
+		ready:         make(chan struct{}),
+		presenceKick:  make(chan struct{}, 1),
+		checks:        make(map[string]instanceCheck),
+		optState:      make(map[string]bool),
+		markRev:       make(map[string]uint64),
+		optRange:      make(map[string]optValue),
+		remembering:   make(map[string]wire.TagRange),
+		writingBack:   make(map[string]bool),
+		refusedRanges: make(map[string]string),
+		busy:          make(map[string]time.Duration),
+		tags:          make(map[string]*tagState),
+		holders:       make(map[string]*holder),
+		ended:         make(map[string]chan struct{}),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -179,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.base = m.clock()
 	// The remembered tags are monotonic from the start, whatever the bucket says.
 	m.marks.Store(newMarkSet(cfg.FoldCase, mem.all()))
+	m.ranges.Store(&rangeSet{})
 	m.states.Store(&map[string]*tagState{})
 	m.optsCfg = jetstream.KeyValueConfig{
 		Bucket:      m.subjects.Bucket(wire.BucketTagOpts),

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/leafbus/leafbus/internal/durable"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // TestMemoryKeepsTags: a tag set is in the file when set returns, survives a reopen,
@@ -51,7 +52,7 @@ func TestMemoryKeepsTags(t *testing.T) {
 // TestMemoryCorrupt: a file that does not read back whole is refused, never taken as
 // an empty memory (that would serve a remembered tag as an ordinary one).
 func TestMemoryCorrupt(t *testing.T) {
-	good := string(encodeMemory(map[string]bool{"orders": true}))
+	good := string(encodeMemory(map[string]bool{"orders": true}, nil))
 	for _, tt := range []struct {
 		name, content string
 	}{
@@ -62,6 +63,17 @@ func TestMemoryCorrupt(t *testing.T) {
 		{"ErrBadTag", fixSum("leafbus monotonic tags v1\nor\x01ders\n")},
 		{"ErrTwice", fixSum("leafbus monotonic tags v1\norders\norders\n")},
 		{"ErrOtherFile", "leafbus segment high-water marks v1\ncrc32 00000000\n"},
+		{"ErrV2NoTab", fixSum("leafbus tag options v2\norders\n")},
+		{"ErrV2Nothing", fixSum("leafbus tag options v2\norders\t\n")},
+		{"ErrV2Space", fixSum("leafbus tag options v2\norders bits=53\n")},
+		{"ErrV2Default", fixSum("leafbus tag options v2\norders\tbits=63\n")},
+		{"ErrV2Narrow", fixSum("leafbus tag options v2\norders\tbits=8\n")},
+		{"ErrV2BitsText", fixSum("leafbus tag options v2\norders\tbits=053\n")},
+		{"ErrV2OpaqueNoKey", fixSum("leafbus tag options v2\norders\tbits=53 opaque\n")},
+		{"ErrV2BadKey", fixSum("leafbus tag options v2\norders\tbits=53 opaque key=xyz\n")},
+		{"ErrV2Order", fixSum("leafbus tag options v2\norders\tbits=53 monotonic\n")},
+		{"ErrV2Unknown", fixSum("leafbus tag options v2\norders\tbits=53 salted\n")},
+		{"ErrV2Twice", fixSum("leafbus tag options v2\norders\tmonotonic\norders\tbits=53\n")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "monotonic.tags")
@@ -136,5 +148,57 @@ func TestMemoryUnwritable(t *testing.T) {
 	}
 	if _, err := openMemory(""); err == nil {
 		t.Fatal("openMemory without a path succeeded")
+	}
+}
+
+// TestMemoryKeepsRanges: ranges are remembered beside the monotonic tags, in a version-2
+// file that a reopen reads back whole; a file without ranges stays version 1 (which a
+// dispenser of an earlier version reads), and one with them is version 2 (which it
+// refuses rather than forget them).
+func TestMemoryKeepsRanges(t *testing.T) {
+	const fp = "f412d2d97e6120bb37a45c97"
+	path := filepath.Join(t.TempDir(), "monotonic.tags")
+	m, err := openMemory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.set("orders", true); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(path); !strings.HasPrefix(string(data), memoryHeader+"\n") {
+		t.Fatalf("a memory without ranges is\n%s\nwant version 1", data)
+	}
+	opaque := wire.TagRange{Bits: 53, Opaque: true, Key: fp}
+	for tag, r := range map[string]wire.TagRange{"invoices": opaque, "web": {Bits: 53}, "orders": {Bits: 40}, "gone": {Bits: 20}} {
+		if err := m.setRange(tag, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.setRange("gone", wire.TagRange{}); err != nil { // the default: forgotten
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	want := "leafbus tag options v2\ninvoices\tbits=53 opaque key=" + fp + "\norders\tmonotonic bits=40\nweb\tbits=53\n"
+	if !strings.HasPrefix(string(data), want) {
+		t.Fatalf("the file is\n%s\nwant it to start\n%s", data, want)
+	}
+	again, err := openMemory(path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	wantRanges := map[string]wire.TagRange{"invoices": opaque, "web": {Bits: 53}, "orders": {Bits: 40}}
+	if got := again.allRanges(); !maps.Equal(got, wantRanges) {
+		t.Fatalf("after a reopen the ranges are %v, want %v", got, wantRanges)
+	}
+	if !maps.Equal(again.all(), map[string]bool{"orders": true}) {
+		t.Fatalf("after a reopen the monotonic tags are %v, want orders", again.all())
+	}
+	for tag := range wantRanges {
+		if err := again.setRange(tag, wire.TagRange{Bits: 63}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if data, _ := os.ReadFile(path); !strings.HasPrefix(string(data), memoryHeader+"\norders\n") {
+		t.Fatalf("with every range forgotten the file is\n%s\nwant version 1 again", data)
 	}
 }

@@ -37,6 +37,9 @@ const presencePrefix = "dispensers."
 type presenceRecord struct {
 	Node  string `json:"node"`
 	Marks uint64 `json:"marks"` // every write of <prefix>_tagopts up to this revision is in the view
+	// Features lists what this dispenser's version knows that earlier ones did not and
+	// that a write must wait for: "tag-ranges" (ranges.go).
+	Features []string `json:"features,omitempty"`
 	// Busy lists the tags marked within the last lease TTL that this dispenser had
 	// served as ordinary tags (Config.SegmentMarks) when it took the mark in.
 	Busy []string `json:"busy,omitempty"`
@@ -52,7 +55,7 @@ func (m *Manager) presenceKey() string { return presencePrefix + m.instance }
 
 // writePresence writes this dispenser's presence record with the marks applied now.
 func (m *Manager) writePresence(ctx context.Context) error {
-	rec := presenceRecord{Node: m.cfg.NodeID, Marks: m.applied.Load()}
+	rec := presenceRecord{Node: m.cfg.NodeID, Marks: m.applied.Load(), Features: []string{featureRanges}}
 	m.mu.Lock()
 	now := m.now()
 	for tag, at := range m.busy {
@@ -193,17 +196,36 @@ func (m *Manager) settledEarly(ctx context.Context, ts *tagState) bool {
 // is missed) and returns the nodes whose marks are below rev, and whether any record
 // lists tag as busy.
 func (m *Manager) presenceBehind(ctx context.Context, rev uint64, tag string) (behind []string, busy bool, err error) {
+	recs, err := m.presenceRecords(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, rec := range recs {
+		if rec.Marks < rev {
+			behind = append(behind, rec.Node)
+		}
+		busy = busy || tag != "" && (slices.Contains(rec.Busy, tag) || slices.Contains(rec.Busy, "*"))
+	}
+	slices.Sort(behind)
+	return behind, busy, nil
+}
+
+// presenceRecords reads every presence record (the bucket's own list of keys, so none
+// is missed). A record that cannot be read is returned as the zero record: behind
+// every revision, knowing no feature.
+func (m *Manager) presenceRecords(ctx context.Context) ([]presenceRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	defer cancel()
 	stream, err := m.cfg.JetStream.Stream(ctx, wire.KVStream(m.leaders.Bucket()))
 	if err != nil {
-		return nil, false, fmt.Errorf("presence records: %w", err)
+		return nil, fmt.Errorf("presence records: %w", err)
 	}
 	prefix := "$KV." + m.leaders.Bucket() + "."
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+presencePrefix+">"))
 	if err != nil {
-		return nil, false, fmt.Errorf("presence records: %w", err)
+		return nil, fmt.Errorf("presence records: %w", err)
 	}
+	var recs []presenceRecord
 	for subject := range info.State.Subjects {
 		key := strings.TrimPrefix(subject, prefix)
 		e, err := m.leaders.Get(ctx, key)
@@ -211,14 +233,13 @@ func (m *Manager) presenceBehind(ctx context.Context, rev uint64, tag string) (b
 		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 			continue // stopped meanwhile
 		case err != nil:
-			return nil, false, fmt.Errorf("presence record %s: %w", key, err)
+			return nil, fmt.Errorf("presence record %s: %w", key, err)
 		}
 		var rec presenceRecord
-		if json.Unmarshal(e.Value(), &rec) != nil || rec.Marks < rev {
-			behind = append(behind, rec.Node)
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			rec = presenceRecord{}
 		}
-		busy = busy || tag != "" && (slices.Contains(rec.Busy, tag) || slices.Contains(rec.Busy, "*"))
+		recs = append(recs, rec)
 	}
-	slices.Sort(behind)
-	return behind, busy, nil
+	return recs, nil
 }

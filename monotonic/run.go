@@ -72,6 +72,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.reconcile()
+	m.recomputeRanges()
 	m.mu.Unlock()
 	m.isReady.Store(true)
 	close(m.ready)
@@ -315,16 +316,22 @@ func (m *Manager) leasesResynced(applied map[string]uint64) {
 // it is a loss, and a remembered tag's mark is written back.
 func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
 	key := e.Key()
+	if e.Operation() == jetstream.KeyValuePut {
+		m.rememberValueRange(key, e.Value())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(m.optState, key)
 		delete(m.markRev, key)
+		delete(m.optRange, key)
 		if m.memory.has(key) && m.isReady.Load() {
 			m.spawnLocked(func(ctx context.Context) { m.writeBack(ctx, []string{key}) })
 		}
 	} else {
-		on := decodeOptions(m.log, key, e.Value()).Monotonic
+		o, readable := decodeOptions(m.log, key, e.Value())
+		on := o.Monotonic
+		m.optRange[key] = optValue{r: o.TagRange, readable: readable}
 		old, had := m.optState[key]
 		if !had || old != on {
 			m.log.Info("monotonic: tag mark", "tag", key, "monotonic", on)
@@ -347,6 +354,7 @@ func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
 	}
 	if m.isReady.Load() {
 		m.reconcile()
+		m.recomputeRanges()
 	}
 }
 
@@ -360,6 +368,7 @@ func (m *Manager) marksResynced(applied map[string]uint64) {
 		if _, ok := applied[key]; !ok {
 			delete(m.optState, key)
 			delete(m.markRev, key)
+			delete(m.optRange, key)
 		}
 	}
 	var lost []string
@@ -374,6 +383,7 @@ func (m *Manager) marksResynced(applied map[string]uint64) {
 	}
 	if m.isReady.Load() {
 		m.reconcile()
+		m.recomputeRanges()
 	}
 }
 

@@ -17,9 +17,12 @@ import (
 )
 
 // tagOptions is the value of a key of <prefix>_tagopts: the options of one segment
-// tag that Leaf's leaf_alloc has no column for.
+// tag that Leaf's leaf_alloc has no column for: its monotonic mark and its range
+// (ranges.go), {"monotonic":false,"bits":53,"opaque":true,"key":"f412..."}; the
+// default range is left out.
 type tagOptions struct {
 	Monotonic bool `json:"monotonic"`
+	wire.TagRange
 }
 
 // markSet is the tags marked monotonic as this dispenser last saw them, by exact name
@@ -75,15 +78,69 @@ func (s *markSet) add(tag string) {
 	}
 }
 
-// decodeOptions reads a <prefix>_tagopts value. A value it cannot read counts as
-// monotonic: the stronger promise is the safe side of a doubt.
-func decodeOptions(logger *slog.Logger, key string, value []byte) tagOptions {
-	var o tagOptions
-	if err := json.Unmarshal(value, &o); err != nil {
-		logger.Error("monotonic: unreadable tag options; the tag is served as monotonic until they are rewritten", "tag", key, "value", string(value), "err", err)
-		return tagOptions{Monotonic: true}
+// decodeOptions reads a <prefix>_tagopts value; readable is false for a value it
+// cannot read, or whose range is not valid. Such a value counts as monotonic: the
+// stronger promise is the safe side of a doubt; and it says no range, so the tag is
+// served only with the range this dispenser remembers or the deployment record names
+// (resolveRange), and refused without one.
+func decodeOptions(logger *slog.Logger, key string, value []byte) (o tagOptions, readable bool) {
+	err := json.Unmarshal(value, &o)
+	if err == nil {
+		err = o.TagRange.Validate()
 	}
-	return o
+	if err != nil {
+		logger.Error("monotonic: unreadable tag options; the tag is served as monotonic, and with a range only if this dispenser or the deployment record knows it, until they are rewritten", "tag", key, "value", string(value), "err", err)
+		return tagOptions{Monotonic: true}, false
+	}
+	o.TagRange = o.TagRange.Normal()
+	return o, true
+}
+
+// optionsWriteAttempts bounds the read-change-write loop of putOptions against
+// writers that keep getting in first.
+const optionsWriteAttempts = 16
+
+// putOptions changes tag's value in <prefix>_tagopts with a compare-and-set on the
+// revision read (a create when it has none), so that what change keeps of the value
+// (the mark, the range) is what was there: change gets the value read, whether there
+// was one and whether it was readable, and returns the value to write, or false to
+// write nothing (then putOptions returns 0). It returns the revision written.
+func (m *Manager) putOptions(ctx context.Context, tag string, change func(old tagOptions, present, readable bool) (tagOptions, bool)) (uint64, error) {
+	for attempt := 1; ; attempt++ {
+		var old tagOptions
+		var rev uint64
+		present, readable := false, false
+		e, err := m.opts.Get(ctx, tag)
+		switch {
+		case err == nil:
+			old, readable = decodeOptions(m.log, tag, e.Value())
+			rev, present = e.Revision(), true
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		default:
+			return 0, fmt.Errorf("%w: monotonic: read the options of tag %q from %s: %w", wire.ErrUnavailable, tag, m.opts.Bucket(), err)
+		}
+		next, write := change(old, present, readable)
+		if !write {
+			return 0, nil
+		}
+		next.TagRange = next.TagRange.Normal()
+		b, err := json.Marshal(next)
+		if err != nil {
+			return 0, fmt.Errorf("monotonic: encode options of tag %q: %w", tag, err)
+		}
+		if present {
+			rev, err = m.opts.Update(ctx, tag, b, rev)
+		} else {
+			rev, err = m.opts.Create(ctx, tag, b)
+		}
+		switch {
+		case err == nil:
+			return rev, nil
+		case (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)) && attempt < optionsWriteAttempts && ctx.Err() == nil:
+			continue // written meanwhile: read it again
+		}
+		return 0, fmt.Errorf("%w: monotonic: write the options of tag %q to %s: %w", wire.ErrUnavailable, tag, m.opts.Bucket(), err)
+	}
 }
 
 // SetMonotonic marks tag monotonic or ordinary in <prefix>_tagopts; every dispenser
@@ -103,16 +160,18 @@ func (m *Manager) SetMonotonic(ctx context.Context, tag string, on bool) error {
 	if err := segment.CheckTagName(tag); err != nil {
 		return err
 	}
-	b, err := json.Marshal(tagOptions{Monotonic: on})
-	if err != nil {
-		return fmt.Errorf("monotonic: encode options of tag %q: %w", tag, err)
-	}
 	if on {
 		m.offerFirstLease(ctx, tag)
 	}
-	rev, err := m.opts.Put(ctx, tag, b)
+	rev, err := m.putOptions(ctx, tag, func(old tagOptions, present, readable bool) (tagOptions, bool) {
+		if !present || !readable {
+			old.TagRange = m.knownRange(tag) // the range stays what it is known to be
+		}
+		old.Monotonic = on
+		return old, true
+	})
 	if err != nil {
-		return fmt.Errorf("%w: monotonic: write the options of tag %q to %s: %w", wire.ErrUnavailable, tag, m.opts.Bucket(), err)
+		return err
 	}
 	m.log.Info("monotonic: tag mark written", "tag", tag, "monotonic", on)
 	if on {
@@ -147,8 +206,10 @@ func (m *Manager) waitOrdinary(ctx context.Context, tag string) {
 // delete marker that long), so stopped serving long ago. Best effort: without it the
 // first leader's create is fenced, as for a lease record that vanished.
 func (m *Manager) offerFirstLease(ctx context.Context, tag string) {
-	if e, err := m.opts.Get(ctx, tag); err == nil && decodeOptions(m.log, tag, e.Value()).Monotonic {
-		return
+	if e, err := m.opts.Get(ctx, tag); err == nil {
+		if o, _ := decodeOptions(m.log, tag, e.Value()); o.Monotonic {
+			return
+		}
 	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return
 	}
@@ -168,17 +229,18 @@ func (m *Manager) offerFirstLease(ctx context.Context, tag string) {
 }
 
 // writeBack writes the mark of each remembered tag of tags into <prefix>_tagopts, where
-// it has no value (the bucket was lost, or the key deleted or purged): create-only, so
-// that a value written meanwhile (an operator's, another dispenser's) wins.
+// it has no value (the bucket was lost, or the key deleted or purged), with the range
+// the tag is known to have: create-only, so that a value written meanwhile (an
+// operator's, another dispenser's) wins.
 func (m *Manager) writeBack(ctx context.Context, tags []string) {
-	b, err := json.Marshal(tagOptions{Monotonic: true})
-	if err != nil {
-		return
-	}
 	var written []string
 	for _, tag := range tags {
+		b, err := json.Marshal(tagOptions{Monotonic: true, TagRange: m.knownRange(tag)})
+		if err != nil {
+			continue
+		}
 		callCtx, cancel := context.WithTimeout(ctx, 5*m.cfg.RenewInterval)
-		_, err := m.opts.Create(callCtx, tag, b)
+		_, err = m.opts.Create(callCtx, tag, b)
 		cancel()
 		switch {
 		case err == nil:
@@ -207,7 +269,7 @@ func (m *Manager) MonotonicTags(ctx context.Context) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for key, e := range entries {
-		if decodeOptions(m.log, key, e.Value()).Monotonic {
+		if o, _ := decodeOptions(m.log, key, e.Value()); o.Monotonic {
 			out[key] = true
 		}
 	}

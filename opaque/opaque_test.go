@@ -175,3 +175,82 @@ func BenchmarkPermute(b *testing.B) {
 		})
 	}
 }
+
+// TestPermuteAllIsPermute: the batch form gives each ID's Permute image, for runs of
+// consecutive numbers (whose first round is shared), scattered ones, a run across a
+// change of the upper half, and the one ID that cycle-walks.
+func TestPermuteAllIsPermute(t *testing.T) {
+	for _, width := range []int{16, 17, 53, 63} {
+		p := mustNew(t, testKey, "orders", width)
+		walker := int64(p.backward(0)) // forward(walker) is 0: its image is walked on
+		half := int64(1) << p.right
+		inputs := [][]int64{
+			{1, 2, 3, 4, 5, 6, 7, 8, 9},
+			{p.Max(), 1, p.Max() / 2, 77, 5, p.Max() - 1, 3},
+			{half - 2, half - 1, half, half + 1, half + 2},
+			{walker, walker, walker, walker, walker},
+			{},
+		}
+		for _, in := range inputs {
+			got := append([]int64(nil), in...)
+			if err := p.PermuteAll(got); err != nil {
+				t.Fatalf("width %d: PermuteAll(%v): %v", width, in, err)
+			}
+			for i, x := range in {
+				if want, _ := p.Permute(x); got[i] != want {
+					t.Fatalf("width %d: PermuteAll(%v)[%d] = %d, Permute(%d) = %d", width, in, i, got[i], x, want)
+				}
+			}
+		}
+		bad := []int64{1, 2, 0, 4}
+		if err := p.PermuteAll(bad); !errors.Is(err, ErrInvalid) || bad[0] != 1 {
+			t.Errorf("width %d: PermuteAll with a 0 = %v, %v; want ErrInvalid and ids unchanged", width, err, bad)
+		}
+	}
+}
+
+// TestKnownImages pins the permutation: the same key, tag and width must give these
+// images in every version, or an opaque tag's IDs could meet the images an earlier
+// version handed out (PROTOCOL.md "Opaque tags" describes how they are computed).
+func TestKnownImages(t *testing.T) {
+	for _, tt := range []struct {
+		width int
+		x     []int64
+		want  []int64
+	}{
+		{63, []int64{1, 2, 3, 1 << 40}, []int64{3004394363433864821, 8406721314865402038, 4149434509971116221, 8604873391120521551}},
+		{53, []int64{1, 2, 3, 1 << 40}, []int64{7197243652279862, 4488718916132576, 7627816310139680, 7219845642493961}},
+		{16, []int64{1, 2, 3, 65535}, []int64{55943, 26070, 53684, 53046}},
+	} {
+		p := mustNew(t, testKey, "orders", tt.width)
+		for i, x := range tt.x {
+			if got, err := p.Permute(x); err != nil || got != tt.want[i] {
+				t.Errorf("width %d: Permute(%d) = %d, %v; want %d", tt.width, x, got, err, tt.want[i])
+			}
+		}
+	}
+	if got, want := Fingerprint(testKey), "f412d2d97e6120bb37a45c97"; got != want {
+		t.Errorf("Fingerprint = %s, want %s", got, want)
+	}
+}
+
+func BenchmarkPermuteAll(b *testing.B) {
+	for _, width := range []int{63, 53} {
+		b.Run(fmt.Sprint(width), func(b *testing.B) {
+			p := mustNew(b, testKey, "orders", width)
+			ids := make([]int64, 1000)
+			b.ReportAllocs()
+			next := int64(1)
+			for b.Loop() {
+				for i := range ids {
+					ids[i] = next + int64(i)
+				}
+				next += int64(len(ids))
+				if err := p.PermuteAll(ids); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids)), "ns/id")
+		})
+	}
+}

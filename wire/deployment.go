@@ -18,13 +18,18 @@ import (
 //	 "worker_registries":[{"kind":"zk","identity":"zk /snowflake/leaf-prod","worker_id_min":0,"worker_id_max":1023}],
 //	 "snowflake":{"epoch":1288834974657,"time_bits":41,"worker_bits":10,"sequence_bits":12},
 //	 "monotonic_tags":["orders"],
+//	 "tag_ranges":[{"tag":"invoices","bits":53,"opaque":true,"key":"f412d2d97e6120bb37a45c97"}],
 //	 "written_by":"disp-1","written_at":"2026-11-24T10:00:00.000Z","reason":"first start"}
 //
 // A deployment has one segment store and one snowflake layout. It may have several
 // worker registries, each for a range of worker IDs no other registry of the record
 // uses (several datacenters, each with its own ZooKeeper and range): a worker ID is
 // handed out by one registry only. monotonic_tags are the tags marked monotonic,
-// sorted. The last three fields say who wrote the record last, when, and why.
+// sorted; tag_ranges the tags whose range is not the default (opaque, or narrower than
+// 63 bits), sorted by tag and left out when there are none, so that a dispenser of a
+// version before them, which refuses a record with a field it does not know, starts in
+// a deployment only while it has no such tag. The last three fields say who wrote the
+// record last, when, and why.
 const (
 	DeploymentBucket  = "deployment" // the bucket is Subjects.Bucket(DeploymentBucket)
 	DeploymentKey     = "deployment"
@@ -45,6 +50,7 @@ type Deployment struct {
 	WorkerRegistries []DeployedRegistry `json:"worker_registries"`
 	Snowflake        DeployedLayout     `json:"snowflake"`
 	MonotonicTags    []string           `json:"monotonic_tags"`
+	TagRanges        []DeployedRange    `json:"tag_ranges,omitempty"`
 	WrittenBy        string             `json:"written_by"`
 	WrittenAt        string             `json:"written_at"` // RFC 3339 with milliseconds, UTC
 	Reason           string             `json:"reason"`
@@ -80,6 +86,15 @@ func (r DeployedRegistry) SameRegistry(o DeployedRegistry) bool {
 	return r.Kind == o.Kind && r.Identity == o.Identity
 }
 
+// DeployedRange is a tag whose range is not the default (TagRange, normal).
+type DeployedRange struct {
+	Tag string `json:"tag"`
+	TagRange
+}
+
+// String is the tag and its range: "invoices: opaque, 53 bits, key f412...".
+func (r DeployedRange) String() string { return r.Tag + ": " + r.TagRange.String() }
+
 // DeployedLayout is the snowflake layout and epoch.
 type DeployedLayout struct {
 	Epoch        int64 `json:"epoch"`
@@ -112,8 +127,9 @@ func ParseDeployment(b []byte) (Deployment, error) {
 }
 
 // Validate checks a record: the version, known kinds with identities, registries whose
-// ranges are valid and shared only by entries of one registry, a layout of at most 63 bits (53 with js53), and
-// valid monotonic tags, sorted and each once. Errors wrap ErrBadDeployment.
+// ranges are valid and shared only by entries of one registry, a layout of at most 63
+// bits (53 with js53), valid monotonic tags, sorted and each once, and valid tag ranges,
+// sorted by tag and each once. Errors wrap ErrBadDeployment.
 func (d Deployment) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) {
@@ -153,6 +169,20 @@ func (d Deployment) Validate() error {
 			add("monotonic tags not sorted or repeated at %s", Quote(tag))
 		}
 	}
+	for i, r := range d.TagRanges {
+		if err := CheckTag(r.Tag); err != nil {
+			add("tag range %d: %v", i, err)
+		}
+		if err := r.TagRange.Validate(); err != nil {
+			add("tag range of %s: %v", Quote(r.Tag), err)
+		}
+		if r.TagRange != r.Normal() || r.IsDefault() {
+			add("tag range of %s: %s is not written as a range of its own (bits given, not the default)", Quote(r.Tag), r.TagRange)
+		}
+		if i > 0 && r.Tag <= d.TagRanges[i-1].Tag {
+			add("tag ranges not sorted or repeated at %s", Quote(r.Tag))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -165,4 +195,14 @@ func (d Deployment) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(d)
+}
+
+// RangeOf is tag's range in the record: the default when it lists none.
+func (d Deployment) RangeOf(tag string) TagRange {
+	for _, r := range d.TagRanges {
+		if r.Tag == tag {
+			return r.TagRange
+		}
+	}
+	return TagRange{}
 }

@@ -19,6 +19,9 @@ func TestParseDeployment(t *testing.T) {
 		}
 		return strings.Replace(okRecord, old, new, 1)
 	}
+	ranges := func(list string) string {
+		return edit(`"monotonic_tags":["orders"],`, `"monotonic_tags":["orders"],"tag_ranges":[`+list+`],`)
+	}
 	twoRegistries := func(second string) string {
 		return edit(`"worker_id_max":1023}]`, `"worker_id_max":511},`+second+`]`)
 	}
@@ -47,6 +50,15 @@ func TestParseDeployment(t *testing.T) {
 		{"ErrBadTag", edit(`["orders"]`, `["or\u0001ders"]`), "monotonic tag 0"},
 		{"ErrUnsortedTags", edit(`["orders"]`, `["users","orders"]`), "not sorted"},
 		{"ErrRepeatedTag", edit(`["orders"]`, `["orders","orders"]`), "not sorted or repeated"},
+		{"OKTagRanges", ranges(`{"tag":"invoices","bits":53,"opaque":true,"key":"f412d2d97e6120bb37a45c97"},{"tag":"web","bits":53}`), ""},
+		{"ErrRangeBits", ranges(`{"tag":"web","bits":64}`), "bits 64"},
+		{"ErrRangeDefault", ranges(`{"tag":"web","bits":63}`), "not written as a range of its own"},
+		{"ErrRangeNoBits", ranges(`{"tag":"web","opaque":true,"key":"f412d2d97e6120bb37a45c97"}`), "not written as a range of its own"},
+		{"ErrRangeNoKey", ranges(`{"tag":"web","bits":53,"opaque":true}`), "key fingerprint"},
+		{"ErrRangeKeyNotOpaque", ranges(`{"tag":"web","bits":53,"key":"f412d2d97e6120bb37a45c97"}`), "not opaque"},
+		{"ErrRangeBadTag", ranges(`{"tag":"w b","bits":53}`), "tag range 0"},
+		{"ErrRangesUnsorted", ranges(`{"tag":"web","bits":53},{"tag":"app","bits":53}`), "tag ranges not sorted"},
+		{"ErrRangeUnknownField", ranges(`{"tag":"web","bits":53,"salt":1}`), "unknown field"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +92,13 @@ func TestDeploymentMarshalValidates(t *testing.T) {
 	b, err := d.Marshal()
 	if err != nil || !strings.Contains(string(b), `"monotonic_tags":[]`) {
 		t.Errorf("Marshal with nil tags = %s, %v; want an empty list", b, err)
+	}
+	if strings.Contains(string(b), "tag_ranges") {
+		t.Errorf("Marshal without tag ranges = %s; want no tag_ranges field, which versions before it refuse", b)
+	}
+	d.TagRanges = []DeployedRange{{Tag: "web", TagRange: TagRange{Bits: 53}}}
+	if got := d.RangeOf("web"); got != (TagRange{Bits: 53}) || !d.RangeOf("orders").IsDefault() {
+		t.Errorf("RangeOf = %v and %v, want 53 bits and the default", got, d.RangeOf("orders"))
 	}
 	d.Snowflake.WorkerBits = 0
 	if _, err := d.Marshal(); !errors.Is(err, ErrBadDeployment) {

@@ -52,6 +52,7 @@ func (c *Config) flagSet(stderr io.Writer) *flag.FlagSet {
        dispenser schema               print the MySQL DDL (Leaf's leaf_alloc)
        dispenser deployment show|set  show or change the deployment record
        dispenser fence                make a data dir put back from a copy safe to serve
+       dispenser reveal --tag T ID    the segment number behind an opaque tag's ID
 
 With no flags it embeds a NATS server with JetStream on 127.0.0.1:4222, keeps segments
 and worker-ID leases in JetStream KV under ./leafbus-data, and serves the sample tag
@@ -97,6 +98,7 @@ Flags:
 	fs.DurationVar(&c.ClockJumpMax, "clock-jump-max", c.ClockJumpMax, "a forward clock jump beyond this is logged and not recorded")
 	fs.DurationVar(&c.BorrowMax, "borrow-max", c.BorrowMax, "how far ahead of the clock pre-filled snowflake batches may reach")
 	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP listener host:port: Leaf's HTTP API, the status page, /metrics, /healthz, /readyz; empty turns it off. When not given and the default is taken, the dispenser warns and serves without HTTP")
+	fs.StringVar(&c.IDKeyFile, "id-key-file", c.IDKeyFile, "file holding the ID key of opaque tags as 32-128 hex digits (openssl rand -hex 32), the same on every dispenser; or give the key itself in "+dispenser.IDKeyEnv+" (no flag). Without either, opaque tags are refused")
 	fs.IntVar(&c.MetricsMaxTags, "metrics-max-tags", c.MetricsMaxTags, "per-tag segment metrics name the busiest this many tags; the rest are summed as tag=\"_other\"")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", c.StartTimeout, "at start, wait up to this long for NATS/JetStream, the segment store and the worker-ID registry to become ready (0: refuse at the first failure)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -140,6 +142,8 @@ func (c *Config) parseFlags(fs *flag.FlagSet, args []string, getenv func(string)
 		return &usageError{err}
 	}
 	c.sources, c.fs = given, fs
+	// The ID key itself comes from the environment only, never the command line.
+	c.IDKey = getenv(dispenser.IDKeyEnv)
 	// Only an address the operator gave (flag, environment or a file) must be bound to
 	// start.
 	fs.Visit(func(f *flag.Flag) { c.HTTPExplicit = c.HTTPExplicit || f.Name == "http" })

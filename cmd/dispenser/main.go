@@ -37,6 +37,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exitCode(runDeployment(ctx, args[1:], stdout, stderr), stderr)
 		case "fence":
 			return exitCode(runFence(ctx, args[1:], stdout, stderr), stderr)
+		case "reveal":
+			return exitCode(runReveal(ctx, args[1:], stdout, stderr), stderr)
 		}
 	}
 	m := NewMain()

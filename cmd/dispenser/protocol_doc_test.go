@@ -236,6 +236,7 @@ func TestProtocolDocSubcommandFlags(t *testing.T) {
 		"tag update": func(w io.Writer) error { return runTag(ctx, []string{"update", "--help"}, io.Discard, w) },
 		"decode":     func(w io.Writer) error { return runDecode(ctx, []string{"--help"}, io.Discard, w) },
 		"schema":     func(w io.Writer) error { return runSchema([]string{"--help"}, io.Discard, w) },
+		"reveal":     func(w io.Writer) error { return runReveal(ctx, []string{"--help"}, io.Discard, w) },
 	}
 	documented := map[string][]string{} // command -> flags the table gives it
 	for _, row := range docTable(t, readProtocolDoc(t), subcommandFlagsHeading) {
@@ -276,7 +277,7 @@ func TestProtocolDocSubcommandFlags(t *testing.T) {
 }
 
 // TestProtocolDocEnvironment: every LEAFBUS_ variable the document names is the
-// environment name of a flag of `dispenser` or of a subcommand.
+// environment name of a flag of `dispenser` or of a subcommand, or LEAFBUS_ID_KEY.
 func TestProtocolDocEnvironment(t *testing.T) {
 	known := map[string]bool{}
 	add := func(help string) {
@@ -295,6 +296,10 @@ func TestProtocolDocEnvironment(t *testing.T) {
 	help.Reset()
 	_ = runDecode(context.Background(), []string{"--help"}, io.Discard, &help)
 	add(help.String())
+	help.Reset()
+	_ = runReveal(context.Background(), []string{"--help"}, io.Discard, &help)
+	add(help.String())
+	known[dispenser.IDKeyEnv] = true // the key itself: read from the environment only, no flag
 	if len(known) < 40 {
 		t.Fatalf("found %d flags in the --help outputs; has their format changed?", len(known))
 	}

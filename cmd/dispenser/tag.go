@@ -13,9 +13,9 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--description TEXT] [--monotonic]
+const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--description TEXT] [--monotonic] [--opaque] [--bits N]
        dispenser tag list
-       dispenser tag update --tag NAME [--step N] [--description TEXT] [--max-id N] [--monotonic=true|false]
+       dispenser tag update --tag NAME [--step N] [--description TEXT] [--max-id N] [--monotonic=true|false] [--bits N]
 
 Manages the segment tags of a running deployment over NATS (leaf.admin.tags.*).
 add and update print the tag as JSON; list prints a table (--json for JSON).
@@ -23,6 +23,10 @@ update --max-id only ever raises max_id: it repairs a store that went backwards 
 "When the store goes backwards"); N must be at least every dispenser's high-water mark.
 --monotonic marks a tag whose every reply is above every reply received before its
 request was sent, across dispensers (README "Monotonic tags").
+--opaque adds a tag whose IDs are the images of its segment numbers under a keyed
+permutation (the answering dispenser's --id-key-file): unique, in no visible order
+or density. --bits N keeps a tag's IDs below 2^N (53: every ID a JavaScript Number
+holds exactly); an opaque tag's width is fixed when it is added (README "Opaque tags").
 
 Flags:
 `
@@ -33,7 +37,9 @@ type tagCommand struct {
 	cf                clientFlags
 	name, description string
 	step, maxID       int64
+	bits              int
 	asJSON, monotonic bool
+	opaque            bool
 	given             map[string]bool // the flags on the command line
 }
 
@@ -73,8 +79,11 @@ func (c *tagCommand) parse(args []string, stderr io.Writer) error {
 	switch c.op {
 	case "add":
 		fs.Int64Var(&c.maxID, "max-id", 1, "where the first segment starts")
+		fs.BoolVar(&c.opaque, "opaque", false, "hand out the images of the segment numbers under the ID key's permutation: no visible order or density")
+		fs.IntVar(&c.bits, "bits", 63, "width of the tag's IDs, 16 to 63 (53: exact in JavaScript)")
 	case "update":
 		fs.Int64Var(&c.maxID, "max-id", 0, "raise max_id (where the next segment starts) to N; never lowers it")
+		fs.IntVar(&c.bits, "bits", 63, "change the width of a tag that is not opaque, 16 to 63")
 	}
 	if c.op == "list" {
 		fs.BoolVar(&c.asJSON, "json", false, "print JSON instead of a table")
@@ -97,6 +106,8 @@ func (c *tagCommand) add(ctx context.Context, cl *client.Client, stdout io.Write
 	r := wire.AddTagRequest{Tag: c.name, Step: &c.step, MaxID: &c.maxID}
 	r.Description = ifGiven(c.given, "description", &c.description)
 	r.Monotonic = ifGiven(c.given, "monotonic", &c.monotonic)
+	r.Opaque = ifGiven(c.given, "opaque", &c.opaque)
+	r.Bits = ifGiven(c.given, "bits", &c.bits)
 	t, err := cl.AddTag(ctx, r)
 	if err != nil {
 		return err
@@ -110,8 +121,9 @@ func (c *tagCommand) update(ctx context.Context, cl *client.Client, stdout io.Wr
 	r.Description = ifGiven(c.given, "description", &c.description)
 	r.MaxID = ifGiven(c.given, "max-id", &c.maxID)
 	r.Monotonic = ifGiven(c.given, "monotonic", &c.monotonic)
-	if r.Step == nil && r.Description == nil && r.MaxID == nil && r.Monotonic == nil {
-		return &usageError{fmt.Errorf("tag update: give --step, --description, --max-id and/or --monotonic")}
+	r.Bits = ifGiven(c.given, "bits", &c.bits)
+	if r.Step == nil && r.Description == nil && r.MaxID == nil && r.Monotonic == nil && r.Bits == nil {
+		return &usageError{fmt.Errorf("tag update: give --step, --description, --max-id, --monotonic and/or --bits")}
 	}
 	t, err := cl.UpdateTag(ctx, r)
 	if err != nil {
@@ -129,9 +141,9 @@ func (c *tagCommand) list(ctx context.Context, cl *client.Client, stdout io.Writ
 		return printJSON(stdout, tags)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TAG\tMAX_ID\tSTEP\tMONOTONIC\tUPDATED\tDESCRIPTION")
+	fmt.Fprintln(w, "TAG\tMAX_ID\tSTEP\tMONOTONIC\tOPAQUE\tBITS\tUPDATED\tDESCRIPTION")
 	for _, t := range tags {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%v\t%s\t%s\n", t.Tag, t.MaxIDStr, t.Step, t.Monotonic, t.UpdateTime, t.Description)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%v\t%v\t%d\t%s\t%s\n", t.Tag, t.MaxIDStr, t.Step, t.Monotonic, t.Opaque, t.Bits, t.UpdateTime, t.Description)
 	}
 	return w.Flush()
 }

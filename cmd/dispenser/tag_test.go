@@ -22,7 +22,7 @@ func TestTagCommand(t *testing.T) {
 		{"AddExists", []string{"tag", "add", "--nats", url, "--tag", "orders", "--step", "1000"}, 1, "exists"},
 		{"ErrAddNoStep", []string{"tag", "add", "--nats", url, "--tag", "x"}, 2, "--step is required"},
 		{"Update", []string{"tag", "update", "--nats", url, "--tag", "orders", "--step", "5000"}, 0, `"step": 5000`},
-		{"ErrUpdateNothing", []string{"tag", "update", "--nats", url, "--tag", "orders"}, 2, "--step, --description, --max-id and/or --monotonic"},
+		{"ErrUpdateNothing", []string{"tag", "update", "--nats", url, "--tag", "orders"}, 2, "--step, --description, --max-id, --monotonic and/or --bits"},
 		{"UpdateMaxID", []string{"tag", "update", "--nats", url, "--tag", "orders", "--max-id", "1000000"}, 0, `"max_id": 1000000`},
 		{"ErrUpdateMaxIDDown", []string{"tag", "update", "--nats", url, "--tag", "orders", "--max-id", "5"}, 1, "1000000"},
 		{"List", []string{"tag", "list", "--nats", url}, 0, "orders"},
