@@ -39,20 +39,6 @@ var errMonotonicOff = fmt.Errorf("%w: monotonic tags are not configured on this 
 
 var errNoAdmin = fmt.Errorf("%w: tag admin is not configured on this dispenser", wire.ErrUnavailable)
 
-// markable reports whether tag can carry a monotonic mark: package monotonic keeps
-// marks and leases under the tag as it stands in a KV key and a header, so only a
-// plain tag (A-Z a-z 0-9 _ -, protocol v1's names) can be marked for now. Another tag
-// has no mark, is never monotonic, and asking to mark it is a 400.
-func markable(tag string) bool { return wire.IsPlainTag(tag) }
-
-// checkMarkable refuses to mark a tag that cannot carry a mark.
-func checkMarkable(tag string, want *bool) error {
-	if want != nil && *want && !markable(tag) {
-		return wire.BadRequest("tag %s cannot be marked monotonic: only tags of A-Z a-z 0-9 _ - can be, for now", wire.Quote(tag))
-	}
-	return nil
-}
-
 // Admin runs call on a goroutine of its own with a context bounded by AdminTimeout, as
 // a waiting request (an admin call is a store round trip, which must not hold up a
 // face's delivery). It returns the refusal to answer instead when call may not start:
@@ -115,9 +101,6 @@ func (c *Core) AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, 
 	if r.Monotonic != nil && *r.Monotonic && c.cfg.Monotonic == nil {
 		return wire.TagInfo{}, errMonotonicOff
 	}
-	if err := checkMarkable(r.Tag, r.Monotonic); err != nil {
-		return wire.TagInfo{}, err
-	}
 	rng, err := c.addedRange(ctx, r, t)
 	if err != nil {
 		return wire.TagInfo{}, err
@@ -129,7 +112,7 @@ func (c *Core) AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, 
 	c.log.Info("tag added", "tag", added.Name, "step", added.Step, "max_id", added.MaxID, "range", rng)
 	info := TagInfo(added)
 	setRange(&info, rng)
-	if c.cfg.Monotonic == nil || !markable(info.Tag) {
+	if c.cfg.Monotonic == nil {
 		return info, nil
 	}
 	on := r.Monotonic != nil && *r.Monotonic
@@ -244,9 +227,6 @@ func (c *Core) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.Tag
 	if r.Monotonic != nil && c.cfg.Monotonic == nil {
 		return wire.TagInfo{}, errMonotonicOff
 	}
-	if err := checkMarkable(r.Tag, r.Monotonic); err != nil {
-		return wire.TagInfo{}, err
-	}
 	cur, next, err := c.updatedRange(ctx, r)
 	if err != nil {
 		return wire.TagInfo{}, err
@@ -347,7 +327,7 @@ func (c *Core) fingerprint() string {
 // markUpdated writes the mark of an updated tag when want is set, and shows the mark in
 // info either way.
 func (c *Core) markUpdated(ctx context.Context, info *wire.TagInfo, want *bool) error {
-	if c.cfg.Monotonic == nil || !markable(info.Tag) {
+	if c.cfg.Monotonic == nil {
 		return nil
 	}
 	if want != nil {

@@ -80,10 +80,6 @@ func (f *fakeMonotonic) Fill(_ context.Context, _ string, dst []int64) error {
 func (f *fakeMonotonic) SetMonotonic(_ context.Context, tag string, on bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !wire.IsPlainTag(tag) {
-		// As package monotonic's KV bucket: the tag as it stands is its key.
-		return fmt.Errorf("%w: write the options of tag %q: nats: invalid key", wire.ErrUnavailable, tag)
-	}
 	f.marks[tag] = on
 	return nil
 }
@@ -305,17 +301,17 @@ func TestMonotonicAdmin(t *testing.T) {
 		{"UpdateErrOff", func() (wire.TagInfo, error) {
 			return update(off, wire.UpdateTagRequest{Tag: "stale", Monotonic: flag(true)})
 		}, false, 503},
-		// A tag that is not a plain token has no mark (its KV keys are not encoded yet):
-		// it is added and updated without one, and asking to mark it is a 400.
-		{"AddLeafTagErrMonotonic", func() (wire.TagInfo, error) {
+		// A tag of any of Leaf's names is marked like any other (package monotonic keys
+		// its marks and leases by the tag's KV key).
+		{"AddLeafTagMonotonic", func() (wire.TagInfo, error) {
 			return add(c, wire.AddTagRequest{Tag: "com.acme.order", Step: step(10), Monotonic: flag(true)})
-		}, false, 400},
+		}, true, 0},
 		{"AddLeafTag", func() (wire.TagInfo, error) {
 			return add(c, wire.AddTagRequest{Tag: "order:create 订单", Step: step(10), Monotonic: flag(false)})
 		}, false, 0},
-		{"UpdateLeafTagErrMonotonic", func() (wire.TagInfo, error) {
+		{"UpdateLeafTagMonotonic", func() (wire.TagInfo, error) {
 			return update(c, wire.UpdateTagRequest{Tag: "order:create 订单", Monotonic: flag(true)})
-		}, false, 400},
+		}, true, 0},
 		{"UpdateLeafTag", func() (wire.TagInfo, error) {
 			return update(c, wire.UpdateTagRequest{Tag: "order:create 订单", Step: step(20), Monotonic: flag(false)})
 		}, false, 0},
@@ -338,7 +334,7 @@ func TestMonotonicAdmin(t *testing.T) {
 	for _, info := range list {
 		got[info.Tag] = info.Monotonic
 	}
-	if want := map[string]bool{"ordered": false, "order:create 订单": false, "stale": true, "y": false}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := map[string]bool{"ordered": false, "com.acme.order": true, "order:create 订单": false, "stale": true, "y": false}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("list = %v, want %v", got, want)
 	}
 	if mono.marks["nope"] {

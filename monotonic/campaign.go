@@ -172,7 +172,7 @@ func (m *Manager) followOnly(ts *tagState, h *holder, now time.Duration) time.Du
 func (m *Manager) refreshHolder(ctx context.Context, ts *tagState) bool {
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	defer cancel()
-	e, err := m.leaders.Get(callCtx, ts.name)
+	e, err := m.leaders.Get(callCtx, wire.TagKey(ts.name))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false
 	}
@@ -220,9 +220,9 @@ func (m *Manager) acquire(ctx context.Context, ts *tagState, rev uint64, fenced 
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	sent := m.now()
 	if rev == 0 {
-		t.rev, err = m.leaders.Create(callCtx, ts.name, rec)
+		t.rev, err = m.leaders.Create(callCtx, wire.TagKey(ts.name), rec)
 	} else {
-		t.rev, err = m.leaders.Update(callCtx, ts.name, rec, rev)
+		t.rev, err = m.leaders.Update(callCtx, wire.TagKey(ts.name), rec, rev)
 	}
 	cancel()
 	acked := m.now()
@@ -285,7 +285,7 @@ func (m *Manager) lead(ctx context.Context, ts *tagState, t *term) uint64 {
 			return t.rev
 		}
 		callCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
-		rev, err := m.leaders.Update(callCtx, ts.name, t.record, t.rev)
+		rev, err := m.leaders.Update(callCtx, wire.TagKey(ts.name), t.record, t.rev)
 		cancel()
 		switch {
 		case err == nil:
@@ -331,10 +331,10 @@ func (m *Manager) release(ts *tagState, t *term) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	_, err = m.leaders.Update(ctx, ts.name, rec, t.rev)
+	_, err = m.leaders.Update(ctx, wire.TagKey(ts.name), rec, t.rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		if rev, ok := m.ownRevision(ctx, ts, t); ok {
-			_, err = m.leaders.Update(ctx, ts.name, rec, rev)
+			_, err = m.leaders.Update(ctx, wire.TagKey(ts.name), rec, rev)
 		}
 	}
 	if err != nil {
@@ -351,7 +351,7 @@ func (m *Manager) release(ts *tagState, t *term) {
 func (m *Manager) ownRevision(ctx context.Context, ts *tagState, t *term) (uint64, bool) {
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
 	defer cancel()
-	e, err := m.leaders.Get(callCtx, ts.name)
+	e, err := m.leaders.Get(callCtx, wire.TagKey(ts.name))
 	if err != nil || e.Revision() <= t.rev || !bytes.Equal(e.Value(), t.record) {
 		return 0, false
 	}

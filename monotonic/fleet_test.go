@@ -676,3 +676,45 @@ func TestValidInstance(t *testing.T) {
 		}
 	}
 }
+
+// TestLeafNamedTagMonotonic: a tag of any of Leaf's names (a dot, a colon, Chinese) is
+// marked monotonic and served in order by three dispensers: its mark and its lease live
+// under the tag's KV key, followers name it in the Leaf-Tag header as its subject token,
+// and when its leader stops another takes the lease over, in order still.
+func TestLeafNamedTagMonotonic(t *testing.T) {
+	e := newEnv(t)
+	var nodes []*node
+	for i := range 3 {
+		nodes = append(nodes, e.startNode(fmt.Sprintf("d%d", i+1), false, nil))
+	}
+	const tag = "com.acme.order:订单"
+	clients := []*nats.Conn{e.connect(e.urls, "c1"), e.connect(e.urls, "c2"), e.connect(e.urls, "c3")}
+	addMonotonic(t, clients[0], e.prefix, tag, 20)
+	subject := wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, tag)
+	rec := newRecorder()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rec.load(ctx, clients, subject, 12, 5)()
+	leader := leaderOf(t, tag, 5*time.Second, nodes...)
+	if _, err := leader.mgr.leaders.Get(context.Background(), wire.TagKey(tag)); err != nil {
+		t.Fatalf("the lease of %q under its KV key %q: %v", tag, wire.TagKey(tag), err)
+	}
+	if _, err := leader.mgr.opts.Get(context.Background(), wire.TagKey(tag)); err != nil {
+		t.Fatalf("the mark of %q under its KV key %q: %v", tag, wire.TagKey(tag), err)
+	}
+	leader.stop()
+	var rest []*node
+	for _, n := range nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	leaderOf(t, tag, 10*time.Second, rest...)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	rec.load(ctx2, clients, subject, 12, 5)()
+	t.Log(rec.summary())
+	if replies := rec.check(t); replies == 0 {
+		t.Fatal("no reply for the tag")
+	}
+}

@@ -16,7 +16,7 @@ import (
 )
 
 // A forwarded request is a NATS request from a follower to the leader's inbox for the
-// tag: header wire.TagHeader names the tag, the body holds the counts of the requests it
+// tag: header wire.TagHeader names the tag (its subject token), the body holds the counts of the requests it
 // carries, in decimal, separated by single spaces ("1 1 5"). The answer holds all
 // their IDs in order, as 8-byte big-endian integers (the binary encoding), or the
 // service error headers. Followers split the IDs in the order of the counts.
@@ -295,7 +295,7 @@ func (m *Manager) sendTo(ctx context.Context, ts *tagState, h *holder, batch []*
 		body = strconv.AppendInt(body, int64(len(p.dst)), 10)
 		total += len(p.dst)
 	}
-	msg := &nats.Msg{Subject: h.rec.Subject, Header: nats.Header{wire.TagHeader: []string{ts.name}}, Data: body}
+	msg := &nats.Msg{Subject: h.rec.Subject, Header: nats.Header{wire.TagHeader: []string{wire.TagToken(ts.name)}}, Data: body}
 	floor := ts.passed.Load()
 	ts.forwardMessages.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -359,7 +359,7 @@ func (m *Manager) forwarded(ts *tagState, t *term) nats.MsgHandler {
 		// Each count is bounded by MaxForward rather than MaxBatch, so that a follower
 		// configured with a larger --max-batch is not refused by the leader.
 		total, err := parseCounts(msg.Data, m.cfg.MaxForward, m.cfg.MaxForward)
-		if err == nil && msg.Header.Get(wire.TagHeader) != ts.name {
+		if tag, perr := wire.ParseTagToken(msg.Header.Get(wire.TagHeader)); err == nil && (perr != nil || tag != ts.name) {
 			err = wire.BadRequest("forwarded request for tag %s reached the leader of tag %q", wire.Quote(msg.Header.Get(wire.TagHeader)), ts.name)
 		}
 		if err == nil {

@@ -2,13 +2,14 @@ package monotonic
 
 import (
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
-// leaseRecord is the value of a key of <prefix>_leaders (key: the tag): who leads the
+// leaseRecord is the value of a key of <prefix>_leaders (key: the tag's KV key, wire.TagKey): who leads the
 // tag and where to forward its requests. Released is written by a leader that stopped
 // serving the tag on purpose, so the next one need not wait out the lease.
 type leaseRecord struct {
@@ -36,9 +37,36 @@ type holder struct {
 // dispenser, mark or not.
 func (h *holder) live() bool { return !h.free() && !h.stale }
 
-// leaseKey reports whether key of <prefix>_leaders is a tag's lease (a tag name has no
-// dot), rather than a dispenser's presence record (presence.go).
-func leaseKey(key string) bool { return !strings.Contains(key, ".") }
+// tagOfKey is the tag a key of <prefix>_tagopts or <prefix>_leaders names (its KV key,
+// wire.TagKey); false for a key no tag has, such as a presence record's (a '.' no KV key
+// of a tag holds).
+func tagOfKey(key string) (string, bool) {
+	tag, err := wire.ParseTagKey(key)
+	return tag, err == nil
+}
+
+// byTag is a listing of <prefix>_tagopts or <prefix>_leaders keyed by the tags its keys
+// name; other keys are left out.
+func byTag(entries map[string]jetstream.KeyValueEntry) map[string]jetstream.KeyValueEntry {
+	out := make(map[string]jetstream.KeyValueEntry, len(entries))
+	for key, e := range entries {
+		if tag, ok := tagOfKey(key); ok {
+			out[tag] = e
+		}
+	}
+	return out
+}
+
+// tagKeys is a watch's revisions by key, keyed by the tags the keys name.
+func tagKeys(applied map[string]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(applied))
+	for key, rev := range applied {
+		if tag, ok := tagOfKey(key); ok {
+			out[tag] = rev
+		}
+	}
+	return out
+}
 
 // free reports whether nobody holds the lease by this record: released or deleted. An
 // unreadable record is held by someone unknown until it expires.

@@ -491,6 +491,7 @@ func (m *Manager) TagOptions(ctx context.Context) (map[string]Options, error) {
 	m.mu.Lock()
 	recorded := maps.Clone(m.recorded)
 	m.mu.Unlock()
+	entries = byTag(entries)
 	names := map[string]bool{}
 	values := map[string]optValue{}
 	out := map[string]Options{}

@@ -252,7 +252,7 @@ func (m *Manager) follow(ctx context.Context, b bucketWatch, w jetstream.KeyWatc
 					applyOnce(e)
 				}
 				if b.resynced != nil {
-					b.resynced(applied)
+					b.resynced(tagKeys(applied))
 				}
 				if b.delivered != nil {
 					b.delivered(floor)
@@ -274,16 +274,17 @@ func (m *Manager) follow(ctx context.Context, b bucketWatch, w jetstream.KeyWatc
 // waiting requests. A record that starts or stops saying someone leads changes which
 // tags are monotonic (a live record makes its tag monotonic, mark or not).
 func (m *Manager) applyLease(e jetstream.KeyValueEntry) {
-	if !leaseKey(e.Key()) {
+	tag, ok := tagOfKey(e.Key())
+	if !ok {
 		return // a presence record
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.holders[e.Key()]
+	prev := m.holders[tag]
 	if prev != nil && e.Revision() < prev.rev {
 		return // a watch that started again, behind what a read of the key found
 	}
-	m.setHolder(e.Key(), prev, holderOf(e, prev, m.now()))
+	m.setHolder(tag, prev, holderOf(e, prev, m.now()))
 }
 
 // setHolder makes h the view of key's lease. Called with mu held.
@@ -315,7 +316,10 @@ func (m *Manager) leasesResynced(applied map[string]uint64) {
 // word that the tag is ordinary: this dispenser forgets it. A delete or a purge is not:
 // it is a loss, and a remembered tag's mark is written back.
 func (m *Manager) applyMark(e jetstream.KeyValueEntry) {
-	key := e.Key()
+	key, ok := tagOfKey(e.Key())
+	if !ok {
+		return // no dispenser writes such a key: no tag is named by it
+	}
 	if e.Operation() == jetstream.KeyValuePut {
 		m.rememberValueRange(key, e.Value())
 	}
@@ -464,7 +468,7 @@ func (m *Manager) reconcile() {
 		}
 	}
 	for name, h := range m.holders {
-		if h.live() && leaseKey(name) {
+		if h.live() {
 			want[name] = true
 		}
 	}

@@ -110,7 +110,7 @@ func (m *Manager) putOptions(ctx context.Context, tag string, change func(old ta
 		var old tagOptions
 		var rev uint64
 		present, readable := false, false
-		e, err := m.opts.Get(ctx, tag)
+		e, err := m.opts.Get(ctx, wire.TagKey(tag))
 		switch {
 		case err == nil:
 			old, readable = decodeOptions(m.log, tag, e.Value())
@@ -129,9 +129,9 @@ func (m *Manager) putOptions(ctx context.Context, tag string, change func(old ta
 			return 0, fmt.Errorf("monotonic: encode options of tag %q: %w", tag, err)
 		}
 		if present {
-			rev, err = m.opts.Update(ctx, tag, b, rev)
+			rev, err = m.opts.Update(ctx, wire.TagKey(tag), b, rev)
 		} else {
-			rev, err = m.opts.Create(ctx, tag, b)
+			rev, err = m.opts.Create(ctx, wire.TagKey(tag), b)
 		}
 		switch {
 		case err == nil:
@@ -206,7 +206,7 @@ func (m *Manager) waitOrdinary(ctx context.Context, tag string) {
 // delete marker that long), so stopped serving long ago. Best effort: without it the
 // first leader's create is fenced, as for a lease record that vanished.
 func (m *Manager) offerFirstLease(ctx context.Context, tag string) {
-	if e, err := m.opts.Get(ctx, tag); err == nil {
+	if e, err := m.opts.Get(ctx, wire.TagKey(tag)); err == nil {
 		if o, _ := decodeOptions(m.log, tag, e.Value()); o.Monotonic {
 			return
 		}
@@ -223,7 +223,7 @@ func (m *Manager) offerFirstLease(ctx context.Context, tag string) {
 	if err != nil {
 		return
 	}
-	if _, err := m.leaders.Update(ctx, tag, rec, 0); err != nil {
+	if _, err := m.leaders.Update(ctx, wire.TagKey(tag), rec, 0); err != nil {
 		m.log.Debug("monotonic: no first lease record written; the first leader's lease is fenced", "tag", tag, "err", err)
 	}
 }
@@ -240,7 +240,7 @@ func (m *Manager) writeBack(ctx context.Context, tags []string) {
 			continue
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 5*m.cfg.RenewInterval)
-		_, err = m.opts.Create(callCtx, tag, b)
+		_, err = m.opts.Create(callCtx, wire.TagKey(tag), b)
 		cancel()
 		switch {
 		case err == nil:
@@ -267,10 +267,11 @@ func (m *Manager) MonotonicTags(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: monotonic: read %s: %w", wire.ErrUnavailable, m.opts.Bucket(), err)
 	}
+	entries = byTag(entries)
 	out := map[string]bool{}
-	for key, e := range entries {
-		if o, _ := decodeOptions(m.log, key, e.Value()); o.Monotonic {
-			out[key] = true
+	for tag, e := range entries {
+		if o, _ := decodeOptions(m.log, tag, e.Value()); o.Monotonic {
+			out[tag] = true
 		}
 	}
 	for tag := range m.memory.all() {
