@@ -56,7 +56,7 @@ func TestParseDeployment(t *testing.T) {
 		{"ErrRangeNoBits", ranges(`{"tag":"web","opaque":true,"key":"f412d2d97e6120bb37a45c97"}`), "not written as a range of its own"},
 		{"ErrRangeNoKey", ranges(`{"tag":"web","bits":53,"opaque":true}`), "key fingerprint"},
 		{"ErrRangeKeyNotOpaque", ranges(`{"tag":"web","bits":53,"key":"f412d2d97e6120bb37a45c97"}`), "not opaque"},
-		{"ErrRangeBadTag", ranges(`{"tag":"w b","bits":53}`), "tag range 0"},
+		{"ErrRangeBadTag", ranges(`{"tag":"w\u0001b","bits":53}`), "tag range 0"},
 		{"ErrRangesUnsorted", ranges(`{"tag":"web","bits":53},{"tag":"app","bits":53}`), "tag ranges not sorted"},
 		{"ErrRangeUnknownField", ranges(`{"tag":"web","bits":53,"salt":1}`), "unknown field"},
 	}
