@@ -9,16 +9,9 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-// leaseRecord is the value of a key of <prefix>_leaders (key: the tag's KV key, wire.TagKey): who leads the
-// tag and where to forward its requests. Released is written by a leader that stopped
-// serving the tag on purpose, so the next one need not wait out the lease.
-type leaseRecord struct {
-	Node     string `json:"node"`
-	Instance string `json:"instance"` // one per Manager: tells a restarted node's leases apart
-	Subject  string `json:"subject"`  // the leader's inbox for forwarded requests
-	TTLMs    int64  `json:"ttl_ms"`
-	Released bool   `json:"released,omitempty"`
-}
+// leaseRecord is the value of a key of <prefix>_leaders (key: the tag's KV key):
+// wire.LeaderLease.
+type leaseRecord = wire.LeaderLease
 
 // holder is one revision of a lease key as this dispenser saw it.
 type holder struct {

@@ -31,19 +31,10 @@ import (
 // after the mark.
 
 // presencePrefix starts the key of a presence record.
-const presencePrefix = "dispensers."
+const presencePrefix = wire.PresencePrefix
 
 // presenceRecord is the value of a presence record.
-type presenceRecord struct {
-	Node  string `json:"node"`
-	Marks uint64 `json:"marks"` // every write of <prefix>_tagopts up to this revision is in the view
-	// Features lists what this dispenser's version knows that earlier ones did not and
-	// that a write must wait for: "tag-ranges" (ranges.go).
-	Features []string `json:"features,omitempty"`
-	// Busy lists the tags marked within the last lease TTL that this dispenser had
-	// served as ordinary tags (Config.SegmentMarks) when it took the mark in.
-	Busy []string `json:"busy,omitempty"`
-}
+type presenceRecord = wire.Presence
 
 // maxBusy bounds a presence record's list of busy tags; a tag left out counts as busy.
 const maxBusy = 256

@@ -20,10 +20,7 @@ import (
 // tag that Leaf's leaf_alloc has no column for: its monotonic mark and its range
 // (ranges.go), {"monotonic":false,"bits":53,"opaque":true,"key":"f412..."}; the
 // default range is left out.
-type tagOptions struct {
-	Monotonic bool `json:"monotonic"`
-	wire.TagRange
-}
+type tagOptions = wire.TagOptions
 
 // markSet is the tags marked monotonic as this dispenser last saw them, by exact name
 // and, on a store that compares tags without case (MySQL's biz_tag: "Orders" and

@@ -79,3 +79,40 @@ type ZKWorker struct {
 	Advertise string `json:"advertise"`
 	Token     string `json:"token"`
 }
+
+// LeaderLease is the value of a key of the leaders bucket (key: TagKey of a monotonic
+// tag): who leads the tag and where followers forward its requests. Instance tells a
+// restarted dispenser's leases apart (and names its $SRV instance, which followers check
+// before they forward); TTLMs is the writer's lease time, which no follower trusts over
+// its own. Released is written by a leader that stopped serving the tag on purpose, so
+// the next one need not wait out the lease.
+type LeaderLease struct {
+	Node     string `json:"node"`
+	Instance string `json:"instance"`
+	Subject  string `json:"subject"` // the leader's inbox for forwarded requests
+	TTLMs    int64  `json:"ttl_ms"`
+	Released bool   `json:"released,omitempty"`
+}
+
+// TagOptions is the value of a key of the tag options bucket (key: TagKey of the tag):
+// what Leaf's leaf_alloc has no column for. A value {"monotonic":false} is an operator's
+// word that the tag is ordinary; the range is left out when it is the default.
+type TagOptions struct {
+	Monotonic bool `json:"monotonic"`
+	TagRange
+}
+
+// PresencePrefix begins the keys of the leaders bucket that are dispensers' presence
+// records, "dispensers.<instance>": no tag's KV key holds a '.', so none is a tag's.
+const PresencePrefix = "dispensers."
+
+// Presence is a dispenser's presence record in the leaders bucket: up to which
+// revision of the tag options bucket its view is complete, what its version knows that
+// earlier ones did not (Features: "tag-ranges"), and the tags marked monotonic within
+// the last lease TTL that it had served as ordinary tags when it took the mark in.
+type Presence struct {
+	Node     string   `json:"node"`
+	Marks    uint64   `json:"marks"`
+	Features []string `json:"features,omitempty"`
+	Busy     []string `json:"busy,omitempty"`
+}
