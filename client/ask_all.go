@@ -57,6 +57,9 @@ const (
 // Answers is what an AskAll collected.
 type Answers struct {
 	Msgs []*nats.Msg // in the order they came
+	// After[i] is how long after the request Msgs[i] was read (the monotonic clock): a
+	// clock in an answer was read at most that long after the request was sent.
+	After []time.Duration
 	// More is set when the ask stopped at MaxAnswers: others may have answered unread.
 	More bool
 	// TooLong counts the answers dropped for being longer than MaxBytes; Lost those
@@ -131,6 +134,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 	}
 	out := *req
 	out.Reply = inbox
+	sent := time.Now()
 	if err := publishChecked(wctx, nc, &out, before); err != nil {
 		return Answers{}, fmt.Errorf("ask %s: %w", req.Subject, err)
 	}
@@ -181,6 +185,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 			continue
 		}
 		got.Msgs = append(got.Msgs, m)
+		got.After = append(got.After, time.Since(sent))
 		if len(got.Msgs) == a.MaxAnswers {
 			got.More = true
 			return end(nil)

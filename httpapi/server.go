@@ -90,7 +90,7 @@ func DefaultConfig() Config {
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		ShutdownTimeout:   5 * time.Second,
-		Status:            Status{Refresh: 5 * time.Second, MaxTags: 200, FetchTimeout: time.Second},
+		Status:            Status{Refresh: 5 * time.Second, MaxTags: 200, MaxPeers: 100, FetchTimeout: time.Second},
 	}
 }
 
@@ -111,6 +111,7 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct{ v, def *int }{
 		{&c.MaxInFlight, &d.MaxInFlight},
 		{&c.MaxHeaderBytes, &d.MaxHeaderBytes}, {&c.Status.MaxTags, &d.Status.MaxTags},
+		{&c.Status.MaxPeers, &d.Status.MaxPeers},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -143,9 +144,9 @@ func (c Config) Validate() error {
 	if c.ClockBehindMax < 0 {
 		return fmt.Errorf("http ClockBehindMax %v: want >= 0", c.ClockBehindMax)
 	}
-	if c.MaxInFlight < 1 || c.MaxHeaderBytes < 1024 || c.Status.MaxTags < 1 {
-		return fmt.Errorf("http MaxInFlight %d, MaxHeaderBytes %d, Status.MaxTags %d: want >= 1, >= 1024, >= 1",
-			c.MaxInFlight, c.MaxHeaderBytes, c.Status.MaxTags)
+	if c.MaxInFlight < 1 || c.MaxHeaderBytes < 1024 || c.Status.MaxTags < 1 || c.Status.MaxPeers < 1 {
+		return fmt.Errorf("http MaxInFlight %d, MaxHeaderBytes %d, Status.MaxTags %d, Status.MaxPeers %d: want >= 1, >= 1024, >= 1, >= 1",
+			c.MaxInFlight, c.MaxHeaderBytes, c.Status.MaxTags, c.Status.MaxPeers)
 	}
 	return nil
 }
@@ -171,6 +172,8 @@ type Server struct {
 	inFlight atomic.Int64 // requests in progress (the probes excepted), at most MaxInFlight
 	epoch    time.Time    // requests are timed from here on the monotonic clock (mono)
 	status   *statusPage
+	// clusterCache shares the status page's discovery among page loads.
+	clusterCache clusterCache
 	draining atomic.Bool // set when Run's context ends: /readyz answers 503
 
 	mu     sync.Mutex
