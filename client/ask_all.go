@@ -23,8 +23,8 @@ import (
 //   - an answer longer than MaxBytes (body and headers) is dropped and counted;
 //   - the whole ask takes at most Window, and once an answer came, Quiet without another
 //     ends it (dispensers answer within milliseconds, and together);
-//   - answers that arrive faster than they are read queue up to twice MaxAnswers
-//     (and twice MaxAnswers x MaxBytes) in the subscription; more are dropped by nats.go
+//   - answers that arrive faster than they are read queue up to twice MaxAnswers x
+//     MaxBytes bytes (64 MB at most) in the subscription; more are dropped by nats.go
 //     and counted in Answers.Lost.
 //
 // The protocol's rules come from package wire: the server's "no responders" status
@@ -100,8 +100,11 @@ func (a AskAll) validate() error {
 }
 
 // maxPendingBytes caps the subscription's queue whatever the bounds: the most an ask
-// holds in answers not yet read.
-const maxPendingBytes = 64 << 20
+// holds in answers not yet read; maxPendingMsgs is the least count it queues.
+const (
+	maxPendingBytes = 64 << 20
+	maxPendingMsgs  = 1 << 16
+)
 
 // Do publishes req (its subject, header and body; Reply is set to a new inbox of nc)
 // and collects the answers within the bounds. It returns what came when the window or
@@ -128,8 +131,10 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 		return Answers{}, fmt.Errorf("ask %s: %w", req.Subject, err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // the inbox is ours alone
+	// The bytes bound the memory; the count is generous, so that a burst of small
+	// answers is not "a slow consumer" (an asynchronous error the connection logs).
 	pendingBytes := min(2*a.MaxAnswers*a.MaxBytes, maxPendingBytes)
-	if err := sub.SetPendingLimits(2*a.MaxAnswers, max(pendingBytes, a.MaxBytes)); err != nil {
+	if err := sub.SetPendingLimits(max(2*a.MaxAnswers, maxPendingMsgs), max(pendingBytes, a.MaxBytes)); err != nil {
 		return Answers{}, fmt.Errorf("ask %s: %w", req.Subject, err)
 	}
 	out := *req
