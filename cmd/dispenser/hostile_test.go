@@ -312,6 +312,9 @@ func TestBinaryRogueResponders(t *testing.T) {
 	rssBefore := rssMB(t, b.cmd.Process.Pid)
 	url := "http://" + httpAddr
 	var pageBytes int
+	first := time.Now()
+	latencies(t, url+"/", 1) // the first load asks the dispensers
+	firstLoad := time.Since(first)
 	start := time.Now()
 	for range 20 {
 		resp, err := http.Get(url + "/")
@@ -350,8 +353,8 @@ func TestBinaryRogueResponders(t *testing.T) {
 			longest = max(longest, len(l))
 		}
 	}
-	t.Logf("beside 10,000 fake dispensers: %d range warning lines (longest %d bytes), status page %d bytes in %v a load, RSS %.0f MB before the page loads and %.0f MB after 20",
-		warnings, longest, pageBytes, pageTime.Round(time.Millisecond), rssBefore, rss)
+	t.Logf("beside 10,000 fake dispensers: %d range warning lines (longest %d bytes), status page %d bytes, the first load in %v and %v a load after, RSS %.0f MB before the page loads and %.0f MB after 21",
+		warnings, longest, pageBytes, firstLoad.Round(time.Millisecond), pageTime.Round(time.Millisecond), rssBefore, rss)
 	if warnings > 17 || longest > 4000 {
 		t.Errorf("%d range warning lines, the longest %d bytes: want at most 16 and a summary, each short", warnings, longest)
 	}
@@ -360,7 +363,7 @@ func TestBinaryRogueResponders(t *testing.T) {
 	}
 	r := bufio.NewScanner(strings.NewReader(logs))
 	for r.Scan() {
-		if strings.Contains(r.Text(), "peer time check passed") || strings.Contains(r.Text(), "no other dispenser answered") {
+		if strings.Contains(r.Text(), "peer time check") {
 			t.Logf("%s", r.Text())
 		}
 	}
