@@ -132,6 +132,15 @@ func peerField(s string) string {
 	return s
 }
 
+// quoted is a peer's field (peerField) in quotes: a token quoted, one peerField quoted
+// and cut already as it is.
+func quoted(field string) string {
+	if strings.HasPrefix(field, `"`) {
+		return field
+	}
+	return wire.Quote(field)
+}
+
 // rangeConflict says what is wrong with peer p next to a node of node ID nodeID with
 // worker ID workerID and range mine; "" when nothing is.
 func rangeConflict(nodeID string, workerID int64, mine Range, p peer) string {
@@ -365,7 +374,7 @@ func CheckPeerLayouts(ctx context.Context, nc *nats.Conn, service, layout, self 
 		if err != nil || p.instance == self || p.layout == layout {
 			continue
 		}
-		found = append(found, fmt.Sprintf("node %s (instance %s) runs %s", p.nodeID, p.instance, p.layout))
+		found = append(found, fmt.Sprintf("node %s (instance %s) runs %s", quoted(p.nodeID), quoted(p.instance), quoted(p.layout)))
 		if len(found) == 5 {
 			found = append(found, "...")
 			break
