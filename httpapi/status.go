@@ -132,8 +132,7 @@ type pageData struct {
 	RowsErr       string
 	Pools         []metrics.Pool
 	Cluster       []peerView
-	ClusterCount  int // dispensers found
-	MorePeers     int // of them not listed
+	ClusterCount  int // dispensers found, of which Cluster lists the first
 	ClusterErr    string
 	ShowRows      bool
 	ShowCluster   bool
