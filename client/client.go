@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -350,9 +349,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 }
 
 // checkedRequest sends msg on an inbox of its own and makes a round trip to the server
-// before waiting for the answer. A NATS server refuses a publish or a subscription the
-// user may not make with an asynchronous -ERR sent before the round trip's PONG, so once
-// the flush returns, nats.go has recorded any refusal as the connection's last error.
+// before waiting for the answer (publishChecked), so that a refusal is an error at once.
 func (c *Client) checkedRequest(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 	before := c.nc.LastError()
 	inbox := c.nc.NewInbox()
@@ -363,15 +360,8 @@ func (c *Client) checkedRequest(ctx context.Context, msg *nats.Msg) (*nats.Msg, 
 	defer sub.Unsubscribe()
 	out := *msg // hedged copies may share msg: each sends its own
 	out.Reply = inbox
-	if err := c.nc.PublishMsg(&out); err != nil {
+	if err := publishChecked(ctx, c.nc, &out, before); err != nil {
 		return nil, err
-	}
-	if err := c.nc.FlushWithContext(ctx); err != nil {
-		return nil, err
-	}
-	if err := c.nc.LastError(); err != before && errors.Is(err, nats.ErrPermissionViolation) &&
-		(strings.Contains(err.Error(), `"`+msg.Subject+`"`) || strings.Contains(err.Error(), `"`+inbox+`"`)) {
-		return nil, fmt.Errorf("%w (the NATS server refused it: check this user's permissions)", err)
 	}
 	reply, err := sub.NextMsgWithContext(ctx)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,26 @@ func (c ConnConfig) Validate() error {
 // again.)
 var reconnectPolicy = backoff.Policy{Min: 375 * time.Millisecond, Max: 7500 * time.Millisecond, Jitter: 1.0 / 3}
 
+// everyMinute lets a log line through at most once a minute, counting the others.
+type everyMinute struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// due reports whether a line is due at now, and how many were held back since the last.
+func (e *everyMinute) due(now time.Time) (int, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.last.IsZero() && now.Sub(e.last) < time.Minute {
+		e.suppressed++
+		return 0, false
+	}
+	n := e.suppressed
+	e.last, e.suppressed = now, 0
+	return n, true
+}
+
 // Options turns the configuration into nats.go options. The connection retries forever
 // with back-off and jitter, and logs every state change, because a dispenser must outlive
 // a NATS server restart or the loss of a cluster node.
@@ -103,6 +124,7 @@ func (c ConnConfig) Options(logger *slog.Logger) ([]nats.Option, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var slow everyMinute // slow consumer errors
 	// The server last connected to, for the disconnect line: once the connection is
 	// down, nats.go no longer says which server it was.
 	var server atomic.Pointer[string]
@@ -144,6 +166,14 @@ func (c ConnConfig) Options(logger *slog.Logger) ([]nats.Option, error) {
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				// Anyone who may answer a request can flood its inbox: at most a
+				// line a minute, saying how many more there were.
+				if n, ok := slow.due(time.Now()); ok {
+					logger.Error("NATS asynchronous error", "subject", subject, "err", err, "more_since_last_line", n)
+				}
+				return
 			}
 			logger.Error("NATS asynchronous error", "subject", subject, "err", err)
 		}),

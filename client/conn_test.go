@@ -627,3 +627,19 @@ func TestConnectErrorKeepsCredentialsOut(t *testing.T) {
 		t.Errorf("RedactURLs = %q, want %q", got, want)
 	}
 }
+
+// TestEveryMinute: the slow consumer line, which anyone who floods an inbox can cause,
+// is let through once a minute with the count of those held back.
+func TestEveryMinute(t *testing.T) {
+	var e everyMinute
+	t0 := time.Unix(1_763_790_000, 0)
+	for i, step := range []struct {
+		at      time.Duration
+		wantOK  bool
+		wantHid int
+	}{{0, true, 0}, {time.Second, false, 0}, {59 * time.Second, false, 0}, {time.Minute, true, 2}, {61 * time.Second, false, 0}, {3 * time.Minute, true, 1}} {
+		if n, ok := e.due(t0.Add(step.at)); ok != step.wantOK || n != step.wantHid {
+			t.Errorf("step %d at %v: due = %d, %v; want %d, %v", i, step.at, n, ok, step.wantHid, step.wantOK)
+		}
+	}
+}

@@ -108,6 +108,9 @@ type Config struct {
 	IDKeyFile string
 	IDKey     string
 
+	// HTTPMaxConns caps the HTTP connections open at once (--http-max-conns); the cap in
+	// effect is lower when the open file limit leaves less room (httpConnCap).
+	HTTPMaxConns int
 	// MetricsMaxTags bounds the tag label of the per-tag segment metrics
 	// (--metrics-max-tags): the busiest tags by name, the rest summed as tag="_other".
 	MetricsMaxTags int
@@ -147,6 +150,7 @@ func DefaultConfig() Config {
 		ClockJumpMax:    time.Hour,
 		BorrowMax:       time.Second,
 		HTTP:            httpapi.DefaultAddr,
+		HTTPMaxConns:    httpapi.DefaultMaxConns,
 		MetricsMaxTags:  metrics.DefaultMaxTags,
 		StartTimeout:    30 * time.Second,
 

@@ -10,6 +10,7 @@ import (
 	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/internal/fdlimit"
 	"github.com/leafbus/leafbus/metrics"
 )
 
@@ -54,9 +55,20 @@ func (d *Dispenser) startHTTP(context.Context) error {
 	if cfg.HTTP == "" {
 		return nil
 	}
+	maxConns, fileLimit, reserve := httpConnCap(cfg.HTTPMaxConns, fdlimit.Soft)
+	switch {
+	case fileLimit == 0:
+		d.log.Info("HTTP connections capped; the open file limit is unknown here", "max_conns", maxConns)
+	case maxConns < cfg.HTTPMaxConns:
+		d.log.Warn(fmt.Sprintf("--http-max-conns %d lowered to %d: the open file limit is %d, and %d descriptors are kept for NATS, the stores and this node's files; raise the hard limit (ulimit -Hn, systemd's LimitNOFILE) for more",
+			cfg.HTTPMaxConns, maxConns, fileLimit, reserve), "max_conns", maxConns, "file_limit", fileLimit)
+	default:
+		d.log.Info("HTTP connections capped", "max_conns", maxConns, "file_limit", fileLimit, "reserved", reserve)
+	}
 	hc := httpapi.Config{
 		Version:   bus.Version,
 		Core:      d.core,
+		MaxConns:  maxConns,
 		Metrics:   d.metrics,
 		Readiness: d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat)),
 		Status: httpapi.Status{
@@ -138,9 +150,34 @@ func (c Config) leaseTTL() time.Duration {
 	return 0
 }
 
-// checkHTTP checks --http and --metrics-max-tags.
+// fdReserveMax is the most descriptors the HTTP connection cap leaves to the rest of the
+// process: the embedded NATS server's clients and JetStream files, the MySQL pool,
+// ZooKeeper, the cache file and the logs. A smaller file limit keeps half.
+const fdReserveMax = 1024
+
+// httpConnCap is the HTTP connection cap in effect: --http-max-conns, lowered so that
+// fdReserveMax descriptors (half of a smaller limit) stay for the rest of the process,
+// whatever the HTTP clients do. softLimit reads the open file limit (fdlimit.Soft); when
+// it cannot, the flag stands and fileLimit is 0.
+func httpConnCap(flagMax int, softLimit func() (uint64, error)) (maxConns int, fileLimit, reserve uint64) {
+	limit, err := softLimit()
+	if err != nil || limit == 0 {
+		return flagMax, 0, 0
+	}
+	reserve = min(fdReserveMax, limit/2)
+	room := max(limit-reserve, 1)
+	if room < uint64(flagMax) {
+		return int(room), limit, reserve
+	}
+	return flagMax, limit, reserve
+}
+
+// checkHTTP checks --http, --http-max-conns and --metrics-max-tags.
 func (c Config) checkHTTP() []error {
 	var errs []error
+	if c.HTTPMaxConns < 1 {
+		errs = append(errs, fmt.Errorf("--http-max-conns %d: want 1 or more", c.HTTPMaxConns))
+	}
 	if c.HTTP != "" {
 		if _, _, err := bus.SplitHostPort(c.HTTP); err != nil {
 			errs = append(errs, fmt.Errorf("--http %q: %w (empty turns HTTP off)", c.HTTP, err))

@@ -2,6 +2,7 @@ package dispenser
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -236,4 +237,34 @@ func TestHTTPAddressTaken(t *testing.T) {
 			t.Errorf("Validate with --http :8080 = %v, want an error naming it", err)
 		}
 	})
+}
+
+// TestHTTPConnCap: --http-max-conns stands while the open file limit leaves 1,024
+// descriptors to the rest of the process (half of a smaller limit), and is lowered
+// otherwise; an unknown limit leaves it as it is.
+func TestHTTPConnCap(t *testing.T) {
+	limit := func(n uint64, err error) func() (uint64, error) { return func() (uint64, error) { return n, err } }
+	tests := []struct {
+		name                   string
+		flag                   int
+		soft                   func() (uint64, error)
+		wantMax                int
+		wantLimit, wantReserve uint64
+	}{
+		{"OK/large limit", 4096, limit(1<<20, nil), 4096, 1 << 20, 1024},
+		{"OK/just enough", 4096, limit(5120, nil), 4096, 5120, 1024},
+		{"Lowered/4096", 4096, limit(4096, nil), 3072, 4096, 1024},
+		{"Lowered/2048", 4096, limit(2048, nil), 1024, 2048, 1024},
+		{"Lowered/1024 keeps half", 4096, limit(1024, nil), 512, 1024, 512},
+		{"Lowered/tiny", 4096, limit(1, nil), 1, 1, 0},
+		{"OK/unknown", 4096, limit(0, errors.New("no rlimit here")), 4096, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gotMax, gotLimit, gotReserve := httpConnCap(tt.flag, tt.soft)
+			if gotMax != tt.wantMax || gotLimit != tt.wantLimit || gotReserve != tt.wantReserve {
+				t.Errorf("httpConnCap(%d) = %d, %d, %d; want %d, %d, %d", tt.flag, gotMax, gotLimit, gotReserve, tt.wantMax, tt.wantLimit, tt.wantReserve)
+			}
+		})
+	}
 }

@@ -252,7 +252,8 @@ func wantUnique(t *testing.T, ids []int64) {
 // TestPeerRangeWarning: two deployments on one NATS (as a supercluster's gateways would
 // show them to each other): dc1 with two dispensers on 0..511 and dc2 with one on
 // 512..1023 are at peace; dc3's 256..767 overlaps both, and every side warns, once per
-// peer however often it checks. $SRV.INFO and $SRV.STATS show each node's range.
+// thing it says however often it checks: dc3 in one line for both of dc1's dispensers
+// (the same overlap) and one for dc2's. $SRV.INFO and $SRV.STATS show each node's range.
 func TestPeerRangeWarning(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	url := srv.URL()
@@ -270,15 +271,17 @@ func TestPeerRangeWarning(t *testing.T) {
 	waitWarning(t, dc1.logs[0], "dc1-0", "dc3-0", dc1.rng)
 	waitWarning(t, dc1.logs[1], "dc1-1", "dc3-0", dc1.rng)
 	waitWarning(t, dc2.logs[0], "dc2-0", "dc3-0", dc2.rng)
-	time.Sleep(500 * time.Millisecond) // five more checks: still one line per peer
+	// Five more checks on every dispenser: still one line per reason.
+	all := append(append(slices.Clone(dc1.dispensers), dc2.dispensers...), dc3.dispensers...)
+	waitPeerChecks(t, all, 5)
 	for name, log := range map[string]*testutil.SyncBuffer{"dc1-0": dc1.logs[0], "dc1-1": dc1.logs[1], "dc2-0": dc2.logs[0], "dc3-0": dc3.logs[0]} {
 		lines := warnings(log)
 		want := 1
 		if name == "dc3-0" {
-			want = 3
+			want = 2
 		}
 		if len(lines) != want {
-			t.Errorf("%s logged %d range warnings, want %d (one per conflicting peer):\n%s", name, len(lines), want, strings.Join(lines, "\n"))
+			t.Errorf("%s logged %d range warnings, want %d (one per reason):\n%s", name, len(lines), want, strings.Join(lines, "\n"))
 		}
 	}
 
@@ -288,12 +291,31 @@ func TestPeerRangeWarning(t *testing.T) {
 	wantRangeInDiscovery(t, nc, dc3.dispensers[0], 3)
 }
 
+// waitPeerChecks waits until each of ds has run n more peer range checks than now.
+func waitPeerChecks(t *testing.T, ds []*Dispenser, n int64) {
+	t.Helper()
+	want := make([]int64, len(ds))
+	for i, d := range ds {
+		want[i] = d.heartbeat.PeerChecks() + n
+	}
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d more peer checks on each dispenser", n), func() bool {
+		for i, d := range ds {
+			if d.heartbeat.PeerChecks() < want[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // waitWarning waits until node's log warns about peer, naming node's range mine.
 func waitWarning(t *testing.T, log *testutil.SyncBuffer, node, peer string, mine workerid.Range) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, node+"'s range warning about "+peer, func() bool {
 		for _, l := range warnings(log) {
-			if strings.Contains(l, "peer_node="+peer+" ") && strings.Contains(l, " range="+mine.String()) {
+			_, nodes, _ := strings.Cut(l, " peer_nodes=")
+			nodes, _, _ = strings.Cut(nodes, " ")
+			if slices.Contains(strings.Split(nodes, ","), peer) && strings.Contains(l, " range="+mine.String()) {
 				return true
 			}
 		}
@@ -404,12 +426,21 @@ func TestPeerRangeCheckRefused(t *testing.T) {
 	}
 	runReady(t, d)
 	buf.WaitLine(t, 10*time.Second, "peer range check off")
-	// The start's snowflake layout check and the range check's first try each provoke
-	// one refusal; after that, none: ten more check intervals add nothing.
+	// The start's snowflake layout check, its peer clock check (which asks $SRV.INFO for
+	// the peers' node IDs) and the range check's first try each provoke one refusal;
+	// after that, none: the range check stopped before its first look.
 	before := strings.Count(buf.String(), "NATS asynchronous error")
-	time.Sleep(500 * time.Millisecond)
-	if n := strings.Count(buf.String(), "NATS asynchronous error"); n != before || n > 2 {
-		t.Errorf("%d asynchronous errors logged (%d when the check turned off), want at most the start's and the first check's, and no more:\n%s", n, before, buf.String())
+	checks := d.heartbeat.PeerChecks()
+	// A round trip on the dispenser's connection: an asynchronous error the server sent
+	// before it has been logged when it returns.
+	if err := d.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "NATS asynchronous error"); n != before || n > 3 {
+		t.Errorf("%d asynchronous errors logged (%d when the check turned off), want at most the start's two and the first check's, and no more:\n%s", n, before, buf.String())
+	}
+	if checks != 0 {
+		t.Errorf("%d peer range checks ran, want none: the refusal turned the check off before its first look", checks)
 	}
 	if n := strings.Count(buf.String(), "peer range check off"); n != 1 {
 		t.Errorf("%d \"peer range check off\" lines, want 1", n)

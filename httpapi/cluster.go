@@ -8,24 +8,38 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/wire"
 )
 
-// quietAfter ends a fan-in: once the first answer came, no answer for this long means
-// every dispenser that will answer has.
-const quietAfter = 100 * time.Millisecond
+// Discovery's bounds (client.AskAll): dispensers answer from memory within
+// milliseconds and together, so a window of half a second with 100 ms of quiet finds
+// them; a dispenser's $SRV.INFO is about 2 KB and its time answer 13 digits.
+const (
+	discoverWindow    = 500 * time.Millisecond
+	discoverQuiet     = 100 * time.Millisecond
+	discoverInfoBytes = 16 << 10
+	discoverTimeBytes = 256
+	// maxPeerText is the longest node ID, version or note shown as it is; a longer
+	// one is cut (a rogue's 20 KB node ID).
+	maxPeerText = 64
+)
 
 // Discover returns a Status.Cluster func that finds every dispenser of prefix over nc:
 // each answers $SRV.INFO.<prefix> (its version, and the node_id and worker_id of its
 // metadata) and <prefix>.time (its clock, named by the Leaf-Node-Id header); the two
 // are joined on the node ID. A dispenser whose INFO has no node_id shows twice, once
-// per answer. Each call waits for answers until ctx ends or none came for 100ms.
+// per answer. Each call asks with client.AskAll's bounds (at most 1,024 answers of each,
+// for at most half a second, ended by 100 ms without an answer) and cuts every text an
+// answer holds to 64 bytes; when answers were left out, the error says how many.
 func Discover(nc *nats.Conn, prefix string) func(ctx context.Context) ([]Peer, error) {
 	sub := wire.Subjects{Prefix: prefix}
 	return func(ctx context.Context) ([]Peer, error) {
@@ -33,17 +47,46 @@ func Discover(nc *nats.Conn, prefix string) func(ctx context.Context) ([]Peer, e
 		if err != nil {
 			return nil, err
 		}
+		ask := client.AskAll{Prefix: prefix, Window: discoverWindow, Quiet: discoverQuiet}
 		var (
 			wg               sync.WaitGroup
-			infos, clocks    []*nats.Msg
+			infos, clocks    client.Answers
 			infoErr, timeErr error
 		)
-		wg.Go(func() { infos, infoErr = fanIn(ctx, nc, infoSubject) })
-		wg.Go(func() { clocks, timeErr = fanIn(ctx, nc, sub.Time()) })
+		wg.Go(func() {
+			a := ask
+			a.MaxBytes = discoverInfoBytes
+			infos, infoErr = a.Do(ctx, nc, nats.NewMsg(infoSubject))
+		})
+		wg.Go(func() {
+			a := ask
+			a.MaxBytes = discoverTimeBytes
+			clocks, timeErr = a.Do(ctx, nc, nats.NewMsg(sub.Time()))
+		})
 		wg.Wait()
-		peers := join(infos, clocks)
-		return peers, errors.Join(infoErr, timeErr)
+		peers := join(infos.Msgs, clocks.Msgs)
+		return peers, errors.Join(infoErr, timeErr, leftOut(infoSubject, infos), leftOut(sub.Time(), clocks))
 	}
+}
+
+// leftOut says how many answers to subject discovery did not keep, nil when none.
+func leftOut(subject string, a client.Answers) error {
+	if !a.More && a.Dropped() == 0 {
+		return nil
+	}
+	more := ""
+	if a.More {
+		more = fmt.Sprintf("; more than %d answered, the rest were not read", len(a.Msgs))
+	}
+	return fmt.Errorf("%s: %d answers kept, %d too long and %d lost dropped%s", subject, len(a.Msgs), a.TooLong, a.Lost, more)
+}
+
+// peerText is s as it is when short and printable, else quoted and cut (wire.Quote).
+func peerText(s string) string {
+	if len(s) <= maxPeerText && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	return wire.Quote(s)
 }
 
 // join makes one Peer per node from the INFO and time answers.
@@ -59,9 +102,9 @@ func join(infos, clocks []*nats.Msg) []Peer {
 		if err := json.Unmarshal(m.Data, &info); err != nil {
 			continue
 		}
-		p := &Peer{NodeID: info.Metadata[wire.MetaNodeID], Version: info.Version, WorkerID: -1}
+		p := &Peer{NodeID: peerText(info.Metadata[wire.MetaNodeID]), Version: peerText(info.Version), WorkerID: -1}
 		if p.NodeID == "" {
-			p.NodeID, p.Error = "service "+info.ID, "its $SRV.INFO names no node_id"
+			p.NodeID, p.Error = "service "+peerText(info.ID), "its $SRV.INFO names no node_id"
 		}
 		if w, err := strconv.ParseInt(info.Metadata[wire.MetaWorkerID], 10, 64); err == nil {
 			p.WorkerID = w
@@ -70,7 +113,7 @@ func join(infos, clocks []*nats.Msg) []Peer {
 		peers = append(peers, p)
 	}
 	for _, m := range clocks {
-		node := m.Header.Get(wire.NodeIDHeader)
+		node := peerText(m.Header.Get(wire.NodeIDHeader))
 		ms, err := strconv.ParseInt(string(m.Data), 10, 64)
 		if node == "" || err != nil {
 			continue
@@ -89,38 +132,4 @@ func join(infos, clocks []*nats.Msg) []Peer {
 	}
 	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.NodeID, b.NodeID) })
 	return out
-}
-
-// fanIn publishes an empty request on subject and collects every answer: until ctx
-// ends, or quietAfter passed without one once the first came. NATS' "no responders"
-// status ends it with no answers and no error.
-func fanIn(ctx context.Context, nc *nats.Conn, subject string) ([]*nats.Msg, error) {
-	inbox := nc.NewRespInbox()
-	s, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("discover %s: %w", subject, err)
-	}
-	defer s.Unsubscribe() //nolint:errcheck // the inbox is ours alone
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("discover %s: %w", subject, err)
-	}
-	var out []*nats.Msg
-	for {
-		wait := ctx
-		cancel := context.CancelFunc(func() {})
-		if len(out) > 0 {
-			wait, cancel = context.WithTimeout(ctx, quietAfter)
-		}
-		m, err := s.NextMsgWithContext(wait)
-		cancel()
-		switch {
-		case errors.Is(err, nats.ErrNoResponders), err == nil && wire.NoResponders(m.Header, m.Data):
-			return out, nil
-		case err != nil && len(out) > 0:
-			return out, nil
-		case err != nil:
-			return nil, fmt.Errorf("discover %s: no answer: %w", subject, err)
-		}
-		out = append(out, m)
-	}
 }

@@ -2,13 +2,16 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
@@ -75,4 +78,51 @@ func TestDiscover(t *testing.T) {
 	if p := peers[2]; p.WorkerID != 9 || !p.Clock.IsZero() || p.Error == "" {
 		t.Errorf("a dispenser without node_id: %+v, want worker 9, no clock, and a note why", p)
 	}
+}
+
+// TestDiscoverRogue: a responder that answers $SRV.INFO for 10,000 fake dispensers with
+// 20 KB node IDs, and leaf.time for as many, costs discovery a bounded list with every
+// text cut short, and says that answers were left out.
+func TestDiscoverRogue(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	fakeDispenser(t, srv.Connect(t), map[string]string{"node_id": "d1", "worker_id": "3"}, "d1", time.UnixMilli(1_763_792_400_123))
+	rogue := srv.Connect(t, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	long := strings.Repeat("n", 20<<10)
+	for _, subject := range []string{"$SRV.INFO.leaf", "leaf.time"} {
+		sub, err := rogue.Subscribe(subject, func(m *nats.Msg) {
+			for i := range 10_000 {
+				reply := nats.NewMsg(m.Reply)
+				node := fmt.Sprintf("fake-%05d-%s", i, long[:min(len(long), 2000)])
+				if subject == "leaf.time" {
+					reply.Header.Set(wire.NodeIDHeader, node)
+					reply.Data = []byte("1763792400123")
+				} else {
+					reply.Data = fmt.Appendf(nil, `{"id":"fake%d","version":%q,"metadata":{"node_id":%q}}`, i, long[:100], node)
+				}
+				_ = rogue.PublishMsg(reply)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	peers, err := httpapi.Discover(srv.Connect(t), "leaf")(ctx)
+	if len(peers) == 0 || len(peers) > 2*client.DefaultAskMaxAnswers {
+		t.Fatalf("Discover beside 10,000 fakes: %d peers, want some and at most %d", len(peers), 2*client.DefaultAskMaxAnswers)
+	}
+	for _, p := range peers {
+		if len(p.NodeID) > 80 || len(p.Version) > 80 {
+			t.Fatalf("a peer's node ID of %d bytes and version of %d, want them cut to 64 and quoted: %.100q", len(p.NodeID), len(p.Version), p.NodeID)
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "answers kept") {
+		t.Errorf("Discover's error %v, want it to say answers were left out", err)
+	}
+	t.Logf("%d peers kept of 20,000 answers: %v", len(peers), err)
 }

@@ -65,8 +65,17 @@ func (s *Server) notReady() []string {
 	if h.ClockBehind > s.cfg.ClockBehindMax {
 		why = append(why, fmt.Sprintf("clock behind: it reads %v earlier than its highest reading (waited out up to %v)", h.ClockBehind, s.cfg.ClockBehindMax))
 	}
+	if at := time.Duration(s.refusedAt.Load()); at != 0 && s.mono()-at < saturatedFor {
+		why = append(why, fmt.Sprintf("saturated: HTTP requests or connections turned away %v ago (%d of %d requests in progress, %d of %d connections open)",
+			(s.mono()-at).Round(time.Millisecond), min(max(s.inFlight.Load(), 0), int64(s.cfg.MaxInFlight)), s.cfg.MaxInFlight, s.conns.open(), s.cfg.MaxConns))
+	}
 	return why
 }
+
+// saturatedFor is how long /readyz says the node is saturated after it last turned a
+// request (MaxInFlight) or a connection (MaxConns) away for want of room: long enough
+// for a load balancer's probe to see it.
+const saturatedFor = 5 * time.Second
 
 // healthz answers 200 while the process runs and serves HTTP at all.
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -8,15 +8,24 @@
 // Like the NATS face it is a library the dispenser mounts: New takes the listen
 // address and a Config of small interfaces (the core, the stats sources, the
 // readiness), Listen binds the address by the rule PROTOCOL.md sets for --http, and Run
-// serves until its context ends, then shuts down gracefully. The http.Server has
-// timeouts on every phase, a header size limit and a bound on requests in progress
-// (beyond it, 503 at once), so a slow or hostile client cannot hurt NATS serving.
+// serves until its context ends, then shuts down gracefully.
+//
+// A slow or hostile client costs at most its own connection (conns.go, answer.go): every
+// phase of a request has a timeout, headers and bodies are bounded, open connections are
+// capped (at the cap the longest idle one makes room, and beyond that new ones are
+// refused), a body is read whole before the request counts as in progress, a request
+// stops counting once its answer is being written, and answers of over 4 KB being
+// written to clients share a byte budget. The bound on requests in progress (beyond it,
+// 503 at once) thus counts only requests being answered, and /readyz says when the node
+// turned requests or connections away.
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,6 +41,10 @@ import (
 
 // DefaultAddr is --http's default, Leaf's port on loopback.
 const DefaultAddr = "127.0.0.1:8080"
+
+// DefaultMaxConns is --http-max-conns' default: 4,096 connections cost about 100 MB at
+// most (each a goroutine and net/http's buffers).
+const DefaultMaxConns = 4096
 
 // ErrDefaultTaken is wrapped by Listen when the default address (not set explicitly)
 // is already in use: several dispensers on one host. The dispenser logs it as a
@@ -61,14 +74,23 @@ type Config struct {
 
 	Status Status // the status page's sources
 
-	// MaxInFlight bounds requests in progress; beyond it they are answered 503 at once
-	// (the probes excepted, so that an overloaded node is not also killed as dead).
-	MaxInFlight       int
+	// MaxInFlight bounds requests being answered (from the end of their body to the
+	// start of their answer); beyond it they are answered 503 at once (the probes
+	// excepted, so that an overloaded node is not also killed as dead).
+	MaxInFlight int
+	// MaxConns bounds open connections (conns.go): at the cap a new connection closes
+	// the one idle longest, or is refused with 503 when none is idle.
+	MaxConns int
+	// MaxAnswerBytes bounds the bytes of answers of over 4 KB being written to clients
+	// at once (large batches, the status page, /cache, /db): a slow reader holds its
+	// answer until it is read, so beyond the budget such an answer is a 503.
+	MaxAnswerBytes    int
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a request's body, from the end of its headers; a
 	// request without a body has nothing more to read.
-	ReadTimeout     time.Duration
-	WriteTimeout    time.Duration // must exceed the core's WaitMax: a waiting request still answers
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration // must exceed the core's WaitMax: a waiting request still answers
+	// IdleTimeout is how long a keep-alive connection waits for its next request.
 	IdleTimeout     time.Duration
 	MaxHeaderBytes  int
 	ShutdownTimeout time.Duration // how long Run waits for requests in progress at the end
@@ -84,13 +106,15 @@ func DefaultConfig() Config {
 		BeatMaxAge:        10 * time.Second,
 		ClockBehindMax:    5 * time.Millisecond,
 		MaxInFlight:       256,
+		MaxConns:          DefaultMaxConns,
+		MaxAnswerBytes:    32 << 20,
 		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
+		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
+		IdleTimeout:       30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		ShutdownTimeout:   5 * time.Second,
-		Status:            Status{Refresh: 5 * time.Second, MaxTags: 200, FetchTimeout: time.Second},
+		Status:            Status{Refresh: 5 * time.Second, MaxTags: 200, MaxPeers: 100, FetchTimeout: time.Second},
 	}
 }
 
@@ -109,8 +133,9 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	for _, f := range []struct{ v, def *int }{
-		{&c.MaxInFlight, &d.MaxInFlight},
+		{&c.MaxInFlight, &d.MaxInFlight}, {&c.MaxConns, &d.MaxConns}, {&c.MaxAnswerBytes, &d.MaxAnswerBytes},
 		{&c.MaxHeaderBytes, &d.MaxHeaderBytes}, {&c.Status.MaxTags, &d.Status.MaxTags},
+		{&c.Status.MaxPeers, &d.Status.MaxPeers},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -143,9 +168,9 @@ func (c Config) Validate() error {
 	if c.ClockBehindMax < 0 {
 		return fmt.Errorf("http ClockBehindMax %v: want >= 0", c.ClockBehindMax)
 	}
-	if c.MaxInFlight < 1 || c.MaxHeaderBytes < 1024 || c.Status.MaxTags < 1 {
-		return fmt.Errorf("http MaxInFlight %d, MaxHeaderBytes %d, Status.MaxTags %d: want >= 1, >= 1024, >= 1",
-			c.MaxInFlight, c.MaxHeaderBytes, c.Status.MaxTags)
+	if c.MaxInFlight < 1 || c.MaxConns < 1 || c.MaxAnswerBytes < smallAnswer || c.MaxHeaderBytes < 1024 || c.Status.MaxTags < 1 || c.Status.MaxPeers < 1 {
+		return fmt.Errorf("http MaxInFlight %d, MaxConns %d, MaxAnswerBytes %d, MaxHeaderBytes %d, Status.MaxTags %d, Status.MaxPeers %d: want >= 1, >= 1, >= %d, >= 1024, >= 1, >= 1",
+			c.MaxInFlight, c.MaxConns, c.MaxAnswerBytes, c.MaxHeaderBytes, c.Status.MaxTags, c.Status.MaxPeers, smallAnswer)
 	}
 	return nil
 }
@@ -168,10 +193,18 @@ type Server struct {
 	now      func() time.Time
 	started  time.Time
 	srv      *http.Server
-	inFlight atomic.Int64 // requests in progress (the probes excepted), at most MaxInFlight
+	inFlight atomic.Int64 // requests being answered (the probes excepted), at most MaxInFlight
+	answers  atomic.Int64 // bytes of large answers being written, at most MaxAnswerBytes
 	epoch    time.Time    // requests are timed from here on the monotonic clock (mono)
-	status   *statusPage
-	draining atomic.Bool // set when Run's context ends: /readyz answers 503
+	conns    *connCap
+	// refusedAt is when a request or connection was last turned away for want of room
+	// (Server.mono, 0: never): /readyz says the node is saturated for a while after.
+	refusedAt atomic.Int64
+	writers   sync.Pool // *answerWriter
+	status    *statusPage
+	// clusterCache shares the status page's discovery among page loads.
+	clusterCache clusterCache
+	draining     atomic.Bool // set when Run's context ends: /readyz answers 503
 
 	mu     sync.Mutex
 	ln     net.Listener // set by Listen, taken by Run
@@ -199,6 +232,7 @@ func New(addr string, cfg Config) (*Server, error) {
 		s.cfg.Location = time.Local
 	}
 	s.started = s.now()
+	s.conns = newConnCap(cfg.MaxConns, s.log, s.mono, s.turnedAway)
 	page, err := newStatusPage()
 	if err != nil {
 		return nil, err
@@ -213,6 +247,7 @@ func New(addr string, cfg Config) (*Server, error) {
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ConnState:         s.conns.connState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
@@ -279,7 +314,8 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(ln) }()
+	capped := &capListener{Listener: ln, cap: s.conns}
+	go func() { errc <- s.srv.Serve(capped) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http: serve on %s: %w", ln.Addr(), err)
@@ -342,13 +378,14 @@ func (s *Server) Handler() http.Handler {
 }
 
 // serveHTTP routes: the probes first and unbounded, everything else within the bound.
-// A request with a body gets ReadTimeout to send it. The http.Server has no ReadTimeout
-// of its own: it would set a deadline for every request, a timer change and two clock
+// A request with a body is read whole first (readBody), so a slow sender costs its own
+// connection and no room among the requests in progress; the answer writer gives the
+// room back when the answer starts (answer.go). The http.Server has no ReadTimeout of
+// its own: it would set a deadline for every request, a timer change and two clock
 // reads, where the Leaf API's requests have no body.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength != 0 {
-		// Also bounds net/http's discarding of a body the handler did not read.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout)) // httptest recorders have no connection
+	if r.ContentLength != 0 && !s.readBody(w, r) {
+		return
 	}
 	switch r.URL.Path {
 	case "/healthz":
@@ -361,22 +398,56 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// One atomic add each way, where a semaphore channel took a lock each way.
 	if s.inFlight.Add(1) > int64(s.cfg.MaxInFlight) {
 		s.inFlight.Add(-1)
+		s.turnedAway()
 		if s.cfg.Metrics != nil {
 			s.cfg.Metrics.Rejected(metrics.HTTP)
 		}
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d HTTP requests already in progress", s.cfg.MaxInFlight))
 		return
 	}
-	defer s.inFlight.Add(-1)
+	aw := s.answerWriter(w)
+	defer s.done(aw)
 	switch r.URL.Path {
 	case "/":
-		s.own(w, r, s.statusHandler)
+		s.own(aw, r, s.statusHandler)
 	case "/metrics":
-		s.own(w, r, s.metrics)
+		s.own(aw, r, s.metrics)
 	default:
-		s.leaf(w, r)
+		s.leaf(aw, r)
 	}
 }
+
+// maxBodyBytes bounds a request's body (Leaf's @RequestParam reads a POST form's).
+const maxBodyBytes = 64 << 10
+
+// readBody reads r's body whole, up to maxBodyBytes and within ReadTimeout, and puts it
+// back in memory for the handler; false when it answered instead (400 for a body cut
+// short or not sent in time, 413 for one too large), after which the connection is
+// closed.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) bool {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout)) // httptest recorders have no connection
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	switch {
+	case err != nil:
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("request body not received in full within %v: %v", s.cfg.ReadTimeout, err))
+		return false
+	case len(body) > maxBodyBytes:
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxBodyBytes))
+		return false
+	}
+	// No deadline while the request is answered: net/http's read that watches for the
+	// client going away would end the request's context at it.
+	_ = rc.SetReadDeadline(time.Time{})
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
+}
+
+// turnedAway marks the node saturated: a request or connection was refused for want
+// of room.
+func (s *Server) turnedAway() { s.refusedAt.Store(int64(max(s.mono(), 1))) }
 
 // metrics serves the Prometheus registry.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
@@ -397,19 +468,38 @@ func (s *Server) own(w http.ResponseWriter, r *http.Request, h http.HandlerFunc)
 	h(w, r)
 }
 
-// registerInFlight adds leafbus_http_requests_in_flight to the metrics registry, when
-// the Metrics has one (*metrics.Metrics does).
+// registerInFlight adds leafbus_http_requests_in_flight and the connection figures to
+// the metrics registry, when the Metrics has one (*metrics.Metrics does).
 func (s *Server) registerInFlight() error {
 	r, ok := s.cfg.Metrics.(interface{ Registerer() prometheus.Registerer })
 	if !ok {
 		return nil
 	}
-	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "leafbus_http_requests_in_flight",
-		Help: "HTTP requests in progress (the probes excepted); at MaxInFlight, new ones are answered 503.",
-	}, func() float64 { return float64(min(max(s.inFlight.Load(), 0), int64(s.cfg.MaxInFlight))) })
-	if err := r.Registerer().Register(g); err != nil {
-		return fmt.Errorf("httpapi: register the in-flight gauge: %w", err)
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leafbus_http_requests_in_flight",
+			Help: "HTTP requests being answered (the probes excepted); at MaxInFlight, new ones are answered 503.",
+		}, func() float64 { return float64(min(max(s.inFlight.Load(), 0), int64(s.cfg.MaxInFlight))) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leafbus_http_answer_bytes",
+			Help: "Bytes of HTTP answers over 4 KB being written to clients; beyond MaxAnswerBytes such an answer is a 503.",
+		}, func() float64 { return float64(max(s.answers.Load(), 0)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leafbus_http_connections",
+			Help: "HTTP connections open; at --http-max-conns a new one closes the one idle longest, or is refused.",
+		}, func() float64 { return float64(s.conns.open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leafbus_http_connections_refused_total",
+			Help: "HTTP connections refused with 503 at --http-max-conns, every open one having a request in progress.",
+		}, func() float64 { return float64(s.conns.refusedTotal.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leafbus_http_connections_closed_idle_total",
+			Help: "Idle HTTP connections closed at --http-max-conns to make room for new ones.",
+		}, func() float64 { return float64(s.conns.closedIdle.Load()) }),
+	} {
+		if err := r.Registerer().Register(c); err != nil {
+			return fmt.Errorf("httpapi: register the HTTP gauges: %w", err)
+		}
 	}
 	return nil
 }

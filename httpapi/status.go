@@ -33,11 +33,14 @@ type Status struct {
 	// key ...", "53 bits"; PROTOCOL.md "Opaque tags and widths"), "" for the default;
 	// shown beside the tag's buffers and its row. nil: not shown.
 	TagRange func(tag string) string
-	// Cluster returns every dispenser the $SRV discovery finds; nil leaves it out.
+	// Cluster returns every dispenser the $SRV discovery finds; nil leaves it out. Page
+	// loads share one call at a time, and its result for clusterFresh: however many
+	// load the page, the dispensers are asked about once a second.
 	Cluster func(ctx context.Context) ([]Peer, error)
 
 	Refresh      time.Duration // the page reloads itself this often
 	MaxTags      int           // tags and rows shown; the busiest first
+	MaxPeers     int           // dispensers listed (this node and the first by node ID)
 	FetchTimeout time.Duration // bounds reading Rows and Cluster for one page
 }
 
@@ -134,6 +137,7 @@ type pageData struct {
 	RowsErr       string
 	Pools         []metrics.Pool
 	Cluster       []peerView
+	ClusterCount  int // dispensers found, of which Cluster lists the first
 	ClusterErr    string
 	ShowRows      bool
 	ShowRanges    bool
@@ -194,7 +198,7 @@ func (s *Server) pageData(ctx context.Context) pageData {
 		wg.Go(func() { d.Rows, d.RowCount, d.RowsErr = s.rows(fctx) })
 	}
 	if st.Cluster != nil {
-		wg.Go(func() { d.Cluster, d.ClusterErr = s.cluster(fctx, now) })
+		wg.Go(func() { d.Cluster, d.ClusterCount, d.ClusterErr = s.cluster(fctx, now) })
 	}
 	if s.cfg.Metrics != nil {
 		d.Totals = s.cfg.Metrics.Totals()
@@ -251,19 +255,69 @@ func (s *Server) rows(ctx context.Context) ([]statusRow, int, string) {
 	return out, len(rows), ""
 }
 
-func (s *Server) cluster(ctx context.Context, now time.Time) ([]peerView, string) {
-	peers, err := s.cfg.Status.Cluster(ctx)
-	views := make([]peerView, 0, len(peers))
+// cluster is the page's list of dispensers: this node and the first MaxPeers-1 others
+// by node ID, with how many were found in all.
+func (s *Server) cluster(ctx context.Context, now time.Time) ([]peerView, int, string) {
+	peers, err := s.clusterCache.get(ctx, s.cfg.Status.Cluster, s.mono())
+	peers = slices.Clone(peers) // shared with other page loads
+	slices.SortFunc(peers, func(a, b Peer) int { return cmp.Compare(a.NodeID, b.NodeID) })
+	views := make([]peerView, 0, min(len(peers), s.cfg.Status.MaxPeers))
 	for _, p := range peers {
-		v := peerView{Peer: p, Self: p.NodeID == s.cfg.Status.NodeID, Known: !p.Clock.IsZero()}
+		self := p.NodeID == s.cfg.Status.NodeID
+		if len(views) >= s.cfg.Status.MaxPeers-1 && !self {
+			continue // room is kept for this node
+		}
+		v := peerView{Peer: p, Self: self, Known: !p.Clock.IsZero()}
 		if v.Known {
 			v.Skew = p.Clock.Sub(now)
 		}
 		views = append(views, v)
 	}
-	slices.SortFunc(views, func(a, b peerView) int { return cmp.Compare(a.NodeID, b.NodeID) })
 	if err != nil {
-		return views, oneLine(err.Error())
+		return views, len(peers), oneLine(err.Error())
 	}
-	return views, ""
+	return views, len(peers), ""
+}
+
+// clusterFresh is how long one discovery serves page loads.
+const clusterFresh = time.Second
+
+// clusterCache shares one discovery among page loads: a load within clusterFresh of
+// the last discovery takes its result, and loads that come while one runs wait for it
+// (or their own context), so page loads never multiply the requests to every
+// dispenser.
+type clusterCache struct {
+	mu      sync.Mutex
+	at      time.Duration // when the last result was taken (Server.mono); 0: never
+	peers   []Peer
+	err     error
+	loading chan struct{} // closed when the discovery under way ends; nil when none runs
+}
+
+// get returns a fresh enough result, or runs fetch (bounded by ctx) for it.
+func (c *clusterCache) get(ctx context.Context, fetch func(context.Context) ([]Peer, error), now time.Duration) ([]Peer, error) {
+	c.mu.Lock()
+	for c.loading != nil {
+		wait := c.loading
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		c.mu.Lock()
+	}
+	if c.at != 0 && now-c.at < clusterFresh {
+		defer c.mu.Unlock()
+		return c.peers, c.err
+	}
+	done := make(chan struct{})
+	c.loading = done
+	c.mu.Unlock()
+	peers, err := fetch(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.peers, c.err, c.at, c.loading = peers, err, max(now, 1), nil
+	close(done)
+	return peers, err
 }

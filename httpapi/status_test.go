@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,4 +311,33 @@ func save(t *testing.T, name string, png []byte) {
 	path := filepath.Join(t.ArtifactDir(), name)
 	must(t, "save "+name, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// TestStatusPageBoundsTheCluster: a discovery that finds 20,000 dispensers (a rogue's
+// fakes) lists this node and the first others up to Status.MaxPeers, and says how many
+// it found: the page's size does not grow with the fakes.
+func TestStatusPageBoundsTheCluster(t *testing.T) {
+	cfg := httpapi.DefaultConfig()
+	cfg.Status.NodeID = "zz-self"
+	cfg.Status.Cluster = func(context.Context) ([]httpapi.Peer, error) {
+		peers := []httpapi.Peer{{NodeID: "zz-self", WorkerID: 1}}
+		for i := range 20_000 {
+			peers = append(peers, httpapi.Peer{NodeID: fmt.Sprintf("fake-%05d", i), WorkerID: -1, Clock: time.Now()})
+		}
+		return peers, nil
+	}
+	_, addr := startServer(t, cfg)
+	status, body := get(t, "http://"+addr+"/")
+	if status != 200 {
+		t.Fatalf("GET /: %d", status)
+	}
+	if n := strings.Count(body, "fake-"); n != 99 {
+		t.Errorf("the page lists %d fakes, want 99 (Status.MaxPeers 100 with this node)", n)
+	}
+	for _, want := range []string{"20001 dispensers found", "20001 found, 100 listed", "zz-self"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	t.Logf("status page with 20,001 dispensers found: %d bytes", len(body))
 }

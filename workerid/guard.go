@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
-	"github.com/nats-io/nats.go"
 )
 
 // ErrClockBehindRecord is returned by Guard.Start when the clock reads earlier than a
@@ -21,7 +25,8 @@ import (
 var ErrClockBehindRecord = errors.New("clock is behind the record")
 
 // ErrPeerSkew is returned by Guard.Start at a node's first start when its clock is
-// further than PeerSkewMax from the mean of the running dispensers' clocks.
+// further than PeerSkewMax from the clocks of a strict majority of the running
+// dispensers (checkPeers).
 var ErrPeerSkew = errors.New("clock disagrees with the peers")
 
 // ErrRecordUnavailable is returned by Guard.Start for a permanent worker ID when the
@@ -76,8 +81,9 @@ type GuardConfig struct {
 	// timestamps legitimately put a record ahead (and PeerSkewMax more for a previous
 	// holder's record). 0 waits out only that.
 	ClockWaitMax time.Duration
-	// PeerSkewMax is the largest distance from the peers' mean clock accepted at a first
-	// start (--peer-skew-max, 5 s).
+	// PeerSkewMax is the largest distance from the peers' clocks accepted at a first
+	// start (--peer-skew-max, 5 s): a start is refused when a strict majority of the
+	// peers read further than this on one side (the median beyond it, with a quorum).
 	PeerSkewMax time.Duration
 	// PeerWindow is how long the peer check collects answers (250 ms).
 	PeerWindow time.Duration
@@ -366,73 +372,162 @@ func (g *Guard) readForever(ctx context.Context, f *Forever, id int64) ([]record
 	return sources, nil
 }
 
-// checkPeers asks every running dispenser for its clock and compares the mean with ours.
+// checkPeers compares this node's clock with its peers' at a first start: it asks
+// <prefix>.time (every dispenser answers with its clock and node ID) and, at the same
+// time, $SRV.INFO.<prefix> (every dispenser of this service names its node ID), both
+// through client.AskAll's bounds. Only a clock whose node ID $SRV.INFO names counts,
+// once per node ID and never this node's own: a responder on <prefix>.time that is not
+// a dispenser of this service is no peer. The verdict is the median's, with a quorum:
+// the start is refused only when a strict majority of the peers read more than
+// PeerSkewMax away on the same side, so one rogue or broken peer cannot keep fresh
+// nodes from starting. Where this node may not ask $SRV (the server refuses it), every
+// node ID that answers the time counts once.
 func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 	nc := g.cfg.Conn
 	if nc == nil {
 		log.Info("first start without a NATS connection: peer time check skipped")
 		return nil
 	}
-	subject := TimeSubject(g.cfg.Prefix)
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	subjects := wire.Subjects{Prefix: g.cfg.Prefix}
+	infoSubject, err := micro.ControlSubject(micro.InfoVerb, subjects.Service(), "")
 	if err != nil {
-		return fmt.Errorf("clock guard: peer time check: subscribe: %w", err)
+		return fmt.Errorf("clock guard: peer time check: %w", err)
 	}
-	defer sub.Unsubscribe()
-
-	msg := nats.NewMsg(subject)
-	msg.Reply = inbox
-	msg.Header.Set(wire.NodeIDHeader, g.cfg.NodeID)
+	ask := client.AskAll{Prefix: g.cfg.Prefix, Window: g.cfg.PeerWindow, Quiet: g.cfg.PeerWindow}
+	timeReq := nats.NewMsg(subjects.Time())
+	timeReq.Header.Set(wire.NodeIDHeader, g.cfg.NodeID)
+	var (
+		wg               sync.WaitGroup
+		infos, clocks    client.Answers
+		infoErr, timeErr error
+	)
 	sent := g.cfg.Clock.Now()
-	if err := nc.PublishMsg(msg); err != nil {
-		return fmt.Errorf("clock guard: peer time check: ask %s: %w", subject, err)
+	wg.Go(func() { infos, infoErr = ask.Do(ctx, nc, nats.NewMsg(infoSubject)) })
+	wg.Go(func() { clocks, timeErr = ask.Do(ctx, nc, timeReq) })
+	wg.Wait()
+	if ctx.Err() != nil {
+		return fmt.Errorf("clock guard: peer time check: %w", ctx.Err())
 	}
-
-	wctx, cancel := context.WithTimeout(ctx, g.cfg.PeerWindow)
-	defer cancel()
-	var sum float64 // ms, peer clock minus ours
-	n := 0
-	for {
-		m, err := sub.NextMsgWithContext(wctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("clock guard: peer time check: %w", ctx.Err())
+	if timeErr != nil {
+		return fmt.Errorf("clock guard: peer time check: %w", timeErr)
+	}
+	var members map[string]bool // nil: $SRV could not be asked, every node counts
+	switch {
+	case infoErr == nil:
+		members = make(map[string]bool, len(infos.Msgs))
+		for _, m := range infos.Msgs {
+			if p, err := parsePeer(m.Data); err == nil && wire.CheckNodeID(p.nodeID) == nil {
+				members[p.nodeID] = true
 			}
-			break // the window is over
 		}
-		recv := g.cfg.Clock.Now()
-		if wire.NoResponders(m.Header, m.Data) { // nobody runs
+	case errors.Is(infoErr, nats.ErrPermissionViolation):
+		log.Info("peer time check: this node may not ask $SRV for its peers, so every node that answers the time counts", "subject", infoSubject)
+	default:
+		return fmt.Errorf("clock guard: peer time check: %w", infoErr)
+	}
+	offsets, ignored := peerOffsets(clocks, sent, g.cfg.NodeID, members)
+	if ignored.any() {
+		log.Info("peer time check: answers ignored", "not_unix_ms", ignored.notMs, "not_a_dispenser", ignored.stranger,
+			"repeated_node", ignored.repeated, "dropped", clocks.Dropped(), "more", clocks.More)
+	}
+	n := len(offsets)
+	if n == 0 {
+		log.Info("peer time check: no other dispenser answered (first node)", "subject", subjects.Time(), "window", g.cfg.PeerWindow)
+		return nil
+	}
+	v := skewVerdict(offsets, g.cfg.PeerSkewMax)
+	own := sent.UnixMilli()
+	median := own + v.median.Milliseconds()
+	if v.refuse {
+		return fmt.Errorf("%w: this node's clock reads %s, the median of %d peers' clocks is %s: %s apart, and %d of them read more than peer-skew-max %s %s; fix the clock",
+			ErrPeerSkew, fmtMs(own), n, fmtMs(median), v.median.Abs(), max(v.ahead, v.behind), g.cfg.PeerSkewMax, v.side())
+	}
+	if v.ahead+v.behind > 0 {
+		log.Warn("peer time check: a minority of the peers' clocks disagree with this node's beyond peer-skew-max; going by the median",
+			"peers", n, "ahead", v.ahead, "behind", v.behind, "peer_skew_max", g.cfg.PeerSkewMax, "peers_median", fmtMs(median))
+	}
+	log.Info("peer time check passed", "peers", n, "clock", fmtMs(own), "peers_median", fmtMs(median), "difference", v.median.Abs())
+	return nil
+}
+
+// ignoredClocks counts the time answers the peer check did not use.
+type ignoredClocks struct {
+	notMs, stranger, repeated int
+}
+
+func (i ignoredClocks) any() bool { return i.notMs+i.stranger+i.repeated > 0 }
+
+// peerOffsets is each peer's clock minus this node's, from the time answers: this node's
+// clock taken half-way between asking (sent) and reading the answer, where the peer read
+// its clock. Answers from self, from a node ID members does not hold (when members is
+// not nil), a node ID already counted, or not in Unix ms are left out and counted.
+func peerOffsets(clocks client.Answers, sent time.Time, self string, members map[string]bool) ([]time.Duration, ignoredClocks) {
+	var ign ignoredClocks
+	seen := map[string]bool{}
+	var out []time.Duration
+	for i, m := range clocks.Msgs {
+		node := m.Header.Get(wire.NodeIDHeader)
+		if node == self {
+			continue // our own responder
+		}
+		if wire.CheckNodeID(node) != nil || (members != nil && !members[node]) {
+			ign.stranger++
 			continue
 		}
-		if peer := m.Header.Get(wire.NodeIDHeader); peer == g.cfg.NodeID {
-			continue // our own responder
+		if seen[node] {
+			ign.repeated++
+			continue
 		}
 		peerMs, err := strconv.ParseInt(strings.TrimSpace(string(m.Data)), 10, 64)
 		if err != nil {
-			log.Warn("peer time check: ignoring an answer that is not Unix ms", "peer", m.Header.Get(wire.NodeIDHeader), "body", string(m.Data))
+			ign.notMs++
 			continue
 		}
-		// Compare with our clock half-way between asking and hearing back: the peer read
-		// its clock somewhere in between.
-		mid := sent.Add(recv.Sub(sent) / 2).UnixMilli()
-		sum += float64(peerMs - mid)
-		n++
+		seen[node] = true
+		mid := sent.Add(clocks.After[i] / 2).UnixMilli()
+		out = append(out, msDuration(peerMs-mid))
 	}
-	if n == 0 {
-		log.Info("peer time check: no other dispenser answered (first node)", "subject", subject, "window", g.cfg.PeerWindow)
-		return nil
+	return out, ign
+}
+
+// verdict is the peer check's reading of the peers' offsets.
+type verdict struct {
+	median        time.Duration // of the offsets (peer minus this node)
+	ahead, behind int           // peers more than the bound ahead of this node, behind it
+	refuse        bool          // a strict majority is beyond the bound on one side
+}
+
+// side says which way the majority of the peers is off.
+func (v verdict) side() string {
+	if v.ahead > v.behind {
+		return "ahead of it"
 	}
-	meanOffset := int64(math.Round(sum / float64(n)))
-	own := sent.UnixMilli()
-	mean := own + meanOffset
-	diff := msDuration(absInt64(meanOffset))
-	if diff > g.cfg.PeerSkewMax {
-		return fmt.Errorf("%w: this node's clock reads %s, the mean of %d peers' clocks is %s: %s apart (peer-skew-max %s); fix the clock",
-			ErrPeerSkew, fmtMs(own), n, fmtMs(mean), diff, g.cfg.PeerSkewMax)
+	return "behind it"
+}
+
+// skewVerdict judges offsets (at least one) against bound: the median, and a refusal
+// only when a strict majority of the peers read further than bound from this node on
+// the same side (which puts the median there too). One peer an hour off among three
+// that agree moves nothing; a node whose clock is off disagrees with most peers.
+func skewVerdict(offsets []time.Duration, bound time.Duration) verdict {
+	s := slices.Clone(offsets)
+	slices.Sort(s)
+	var v verdict
+	if n := len(s); n%2 == 1 {
+		v.median = s[n/2]
+	} else {
+		v.median = s[n/2-1] + (s[n/2]-s[n/2-1])/2
 	}
-	log.Info("peer time check passed", "peers", n, "clock", fmtMs(own), "peers_mean", fmtMs(mean), "difference", diff)
-	return nil
+	for _, d := range s {
+		switch {
+		case d > bound:
+			v.ahead++
+		case d < -bound:
+			v.behind++
+		}
+	}
+	v.refuse = 2*v.ahead > len(s) || 2*v.behind > len(s)
+	return v
 }
 
 // waitPast returns once clock reads later than ts (Unix ms). It sleeps in short steps so
@@ -452,10 +547,3 @@ func waitPast(ctx context.Context, clock snowflake.Clock, ts int64) error {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
-
-func absInt64(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
-}

@@ -3,13 +3,20 @@ package workerid
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -155,13 +162,24 @@ func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
 
 func TestGuardPeerCheck(t *testing.T) {
 	env := startJS(t)
-	responder := func(node string, clock snowflake.Clock) {
+	// peer runs what a dispenser answers the check with: its clock on leaf.time, and its
+	// node ID in $SRV.INFO.leaf (unless inInfo is false: a responder that is not a
+	// dispenser of this service).
+	peer := func(node string, clock snowflake.Clock, inInfo bool) {
 		t.Helper()
-		r, err := NewTimeResponder(env.srv.Connect(t), "leaf", node, clock, testutil.Logger(t))
+		nc := env.srv.Connect(t)
+		r, err := NewTimeResponder(nc, "leaf", node, clock, testutil.Logger(t))
 		must(t, "NewTimeResponder", err)
 		must(t, "Start", r.Start())
 		t.Cleanup(r.Stop)
+		if inInfo {
+			svc, err := micro.AddService(nc, micro.Config{Name: "leaf", Version: "1.0.0", Metadata: map[string]string{"node_id": node}})
+			must(t, "AddService", err)
+			t.Cleanup(func() { svc.Stop() })
+			must(t, "Flush", nc.Flush())
+		}
 	}
+	var logs testutil.SyncBuffer
 	start := func(node string, clock snowflake.Clock, forever *Forever) error {
 		t.Helper()
 		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
@@ -169,21 +187,22 @@ func TestGuardPeerCheck(t *testing.T) {
 			c.Conn = env.nc
 			c.Clock = clock
 			c.Forever = forever
-			c.Logger = testutil.Logger(t)
+			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testutil.LogWriter(t)), nil))
 		}))
 		must(t, "NewGuard", err)
 		_, err = g.Start(testutil.Context(t, 10*time.Second), &fakeLease{id: 1})
 		return err
 	}
 	real := snowflake.SystemClock()
+	hourOff := testutil.OffsetClock{Offset: time.Hour}
 
 	must(t, "Start with no peers", start("first", real, nil))
 
-	responder("p1", real)
-	responder("p2", real)
+	peer("p1", real, true)
+	peer("p2", real, true)
 	err := start("skewed", testutil.OffsetClock{Offset: 10 * time.Second}, nil)
 	wantErrIs(t, "Start with a clock 10s ahead of two peers", err, ErrPeerSkew)
-	for _, s := range []string{"2 peers", "peer-skew-max 5s"} {
+	for _, s := range []string{"median of 2 peers", "2 of them read more than peer-skew-max 5s behind it"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not name %q", err, s)
 		}
@@ -191,13 +210,64 @@ func TestGuardPeerCheck(t *testing.T) {
 	must(t, "Start with a clock in line with the peers", start("fine", real, nil))
 
 	// The node's own responder (here with a wild clock) must not count as a peer.
-	responder("self", testutil.OffsetClock{Offset: time.Hour})
+	peer("self", hourOff, true)
 	must(t, "Start with the node's own responder an hour off", start("self", real, nil))
+
+	// A responder an hour off that is not a dispenser of this service is no peer, and
+	// one that is, among peers that agree, is a minority the median ignores.
+	peer("rogue", hourOff, false)
+	must(t, "Start beside a leaf.time responder an hour off that $SRV.INFO does not name", start("fresh1", real, nil))
+	peer("p3", hourOff, true)
+	must(t, "Start beside one peer of three an hour off", start("fresh2", real, nil))
+	if !strings.Contains(logs.String(), "a minority of the peers' clocks disagree") {
+		t.Errorf("no warning about the minority an hour off in:\n%s", logs.String())
+	}
+
+	// 10,000 answers an hour off from node IDs $SRV.INFO does not name cost nothing.
+	flood := env.srv.Connect(t)
+	sub, err := flood.Subscribe("leaf.time", func(m *nats.Msg) {
+		body := []byte(strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10))
+		for i := range 10_000 {
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(wire.NodeIDHeader, fmt.Sprintf("fake-%d", i))
+			reply.Data = body
+			_ = flood.PublishMsg(reply)
+		}
+	})
+	must(t, "Subscribe", err)
+	t.Cleanup(func() { sub.Unsubscribe() })
+	must(t, "Flush", flood.Flush())
+	must(t, "Start beside 10,000 fake leaf.time answers an hour off", start("fresh3", real, nil))
 
 	// A node with a record of its own is checked against that record, not the peers.
 	forever := openForever(t, env.js)
 	must(t, "Put", forever.Put(testutil.Context(t, 5*time.Second), "known", Record{WorkerID: 1, Timestamp: time.Now().UnixMilli() - 60_000}))
 	must(t, "Start of a known node 10s ahead", start("known", testutil.OffsetClock{Offset: 10 * time.Second}, forever))
+}
+
+func TestSkewVerdict(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name    string
+		offsets []time.Duration
+		want    verdict
+	}{
+		{"OK/one peer in line", []time.Duration{s}, verdict{median: s}},
+		{"OK/one of three an hour off", []time.Duration{0, time.Hour, s}, verdict{median: s, ahead: 1}},
+		{"OK/two peers split", []time.Duration{0, 12 * s}, verdict{median: 6 * s, ahead: 1}},
+		{"OK/both sides", []time.Duration{-time.Hour, 0, time.Hour}, verdict{ahead: 1, behind: 1}},
+		{"Refuse/one peer off", []time.Duration{-10 * s}, verdict{median: -10 * s, behind: 1, refuse: true}},
+		{"Refuse/two of three ahead", []time.Duration{6 * s, 0, 8 * s}, verdict{median: 6 * s, ahead: 2, refuse: true}},
+		{"Refuse/all behind", []time.Duration{-6 * s, -7 * s, -8 * s, -9 * s}, verdict{median: -7500 * time.Millisecond, behind: 4, refuse: true}},
+		{"OK/half of four behind", []time.Duration{-6 * s, -7 * s, 0, 0}, verdict{median: -3 * s, behind: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := skewVerdict(tt.offsets, 5*s); got != tt.want {
+				t.Errorf("skewVerdict(%v, 5s) = %+v, want %+v", tt.offsets, got, tt.want)
+			}
+		})
+	}
 }
 
 // guardConfig is the default clock guard configuration, changed by edit.

@@ -321,6 +321,9 @@ func (k *Keeper) Rejoins() (int, string) {
 // the peer check's last look.
 func (k *Keeper) PeerConflicts() int64 { return k.peers.conflicts.Load() }
 
+// PeerChecks is how many times the peer check has looked at its peers since the start.
+func (k *Keeper) PeerChecks() int64 { return k.peers.checks.Load() }
+
 // Run runs the heartbeat until ctx ends (the heartbeat's clean stop writes the last
 // record and gives the ID back), and meanwhile the registry's own upkeep when it has one
 // and the peers' range check. After a lost worker ID it takes a new one and runs on; it

@@ -3,6 +3,7 @@ package workerid
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,7 +99,18 @@ func TestKVLeaseWatchIgnoresOwnWrites(t *testing.T) {
 	}))
 	stop, done := runHeartbeat(t, h)
 	testutil.Eventually(t, 10*time.Second, "the lease watch to see the lease", func() bool { return h.Stats().LeaseWatched })
-	time.Sleep(2 * time.Second) // eight renewals of the holder's own key
+	// Eight renewals of the holder's own key: eight more revisions of it.
+	ctx := testutil.Context(t, 30*time.Second)
+	kv, err := env.js.KeyValue(ctx, "leaf_leases")
+	must(t, "bind leases bucket", err)
+	key := strconv.FormatInt(lease.WorkerID(), 10)
+	revision := func() uint64 {
+		e, err := kv.Get(ctx, key)
+		must(t, "get the lease key", err)
+		return e.Revision()
+	}
+	first := revision()
+	testutil.Eventually(t, 20*time.Second, "eight renewals of the lease key", func() bool { return revision() >= first+8 })
 	select {
 	case <-done:
 		t.Fatalf("Run ended while the holder renewed its own lease: %v", stop())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -86,14 +88,15 @@ type peer struct {
 // --snowflake-layout, which had Leaf's alone.
 const legacyLayout = "leaf"
 
-// parsePeer reads an $SRV.INFO answer.
+// parsePeer reads an $SRV.INFO answer. Its texts are bounded for logs and messages
+// (peerField): an answer is anyone's to write.
 func parsePeer(data []byte) (peer, error) {
 	var info micro.Info
 	if err := json.Unmarshal(data, &info); err != nil {
 		return peer{}, err
 	}
 	m := info.Metadata
-	p := peer{instance: info.ID, nodeID: m[wire.MetaNodeID], workerID: -1, layout: m[wire.MetaSnowflakeLayout]}
+	p := peer{instance: peerField(info.ID), nodeID: peerField(m[wire.MetaNodeID]), workerID: -1, layout: peerField(m[wire.MetaSnowflakeLayout])}
 	if p.layout == "" {
 		p.layout = legacyLayout
 	}
@@ -106,6 +109,36 @@ func parsePeer(data []byte) (peer, error) {
 		p.rng, p.hasRange = Range{Min: lo, Max: hi}, true
 	}
 	return p, nil
+}
+
+// maxPeerField is the longest text of a peer's answer used as it is: a node ID, an
+// instance ID (a NUID, 22) and a layout name are all shorter.
+const maxPeerField = 64
+
+// peerField is s as it is when it is a short token (at most maxPeerField of A-Z a-z
+// 0-9 . _ -, as node IDs, instance IDs and layout names are), else quoted and cut
+// (wire.Quote): a rogue's 20 KB node ID or control characters never reach a log line
+// whole.
+func peerField(s string) string {
+	if len(s) > maxPeerField {
+		return wire.Quote(s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return wire.Quote(s)
+		}
+	}
+	return s
+}
+
+// quoted is a peer's field (peerField) in quotes: a token quoted, one peerField quoted
+// and cut already as it is.
+func quoted(field string) string {
+	if strings.HasPrefix(field, `"`) {
+		return field
+	}
+	return wire.Quote(field)
 }
 
 // rangeConflict says what is wrong with peer p next to a node of node ID nodeID with
@@ -130,6 +163,17 @@ func peerConflict(nodeID string, workerID int64, mine Range, layout string, p pe
 	return ""
 }
 
+// Bounds of the peer range check's warnings. A warning is logged once per WarnEvery for
+// what it says (the reason, not the peer: a rogue rotating 10,000 fake instances with
+// one conflict writes one line), naming up to maxWarnPeers of the peers that say it; at
+// most maxWarnReasons reasons are remembered per WarnEvery, and what is beyond them is
+// summed up in one line per WarnEvery. So a check writes at most maxWarnReasons + 1
+// lines per WarnEvery, whatever answers $SRV.INFO.
+const (
+	maxWarnReasons = 16
+	maxWarnPeers   = 5
+)
+
 // peerRanges is the state of the peer range check: how many peers conflicted at the
 // last check, and when each conflict was last logged.
 type peerRanges struct {
@@ -139,9 +183,11 @@ type peerRanges struct {
 	log      *slog.Logger
 
 	conflicts atomic.Int64
+	checks    atomic.Int64 // checks done, for tests that wait for more
 
-	mu     sync.Mutex
-	warned map[string]time.Time // peer instance + reason: last logged
+	mu         sync.Mutex
+	warned     map[string]time.Time // reason: last logged
+	summarized time.Time            // when the line about unlogged conflicts was last written
 }
 
 func newPeerRanges(cfg PeersConfig, nodeID string, workerID func() int64, log *slog.Logger) *peerRanges {
@@ -172,10 +218,16 @@ func (w *peerRanges) start() (stop func()) {
 	}
 }
 
-// run asks $SRV.INFO.<service> at once and then every Every, and warns about each peer
-// whose worker ID or range conflicts with this node's (logged again for the same peer
-// at most every WarnEvery), until ctx ends. A check that gets no answers (no peers, or
-// no permission to ask) finds nothing.
+// askPeers is how the peer checks ask $SRV.INFO.<service>: client.AskAll's bounds (at
+// most 1,024 answers of 16 KB), collected for up to peerWindow, peerQuiet after the last.
+func askPeers(ctx context.Context, nc *nats.Conn, service, subject string) (client.Answers, error) {
+	return client.AskAll{Prefix: service, Window: peerWindow, Quiet: peerQuiet}.Do(ctx, nc, nats.NewMsg(subject))
+}
+
+// run asks $SRV.INFO.<service> at once and then every Every, and warns about the peers
+// whose worker ID or range conflicts with this node's (check), until ctx ends. A check
+// that gets no answers (no peers) finds nothing; one the server refuses turns the check
+// off.
 func (w *peerRanges) run(ctx context.Context) {
 	subject, err := micro.ControlSubject(micro.InfoVerb, w.cfg.Service, "")
 	if err != nil {
@@ -185,8 +237,8 @@ func (w *peerRanges) run(ctx context.Context) {
 	tick := time.NewTicker(w.cfg.Every)
 	defer tick.Stop()
 	for {
-		answers, err := fanIn(ctx, w.cfg.Conn, subject, peerWindow)
-		if errors.Is(err, errPeersRefused) {
+		answers, err := askPeers(ctx, w.cfg.Conn, w.cfg.Service, subject)
+		if errors.Is(err, nats.ErrPermissionViolation) {
 			// Asking again would only repeat the server's refusal every check.
 			w.log.Warn("peer range check off: this node's NATS user may not ask its peers, so a peer with an overlapping worker-ID range goes unnoticed; allow it to publish to "+subject,
 				"err", err)
@@ -195,7 +247,7 @@ func (w *peerRanges) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			w.log.Debug("peer range check: cannot ask the peers", "subject", subject, "err", err)
 		}
-		w.check(answers, time.Now())
+		w.check(answers.Msgs, time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -204,22 +256,27 @@ func (w *peerRanges) run(ctx context.Context) {
 	}
 }
 
-// check compares every answer of a check with this node and logs the conflicts that
-// are due.
+// conflictGroup is the peers of one check that conflict for one reason.
+type conflictGroup struct {
+	reason string
+	first  peer     // the first peer found saying it, for the log line's details
+	nodes  []string // up to maxWarnPeers node IDs of those peers
+	count  int
+}
+
+// check compares every answer of a check with this node, counts the conflicting peers,
+// and logs the conflicts that are due: one line per reason, at most maxWarnReasons
+// reasons per WarnEvery, and one line per WarnEvery summing up the rest.
 func (w *peerRanges) check(answers []*nats.Msg, now time.Time) {
+	defer w.checks.Add(1)
 	self := ""
 	if w.cfg.Self != nil {
 		self = w.cfg.Self()
 	}
 	mine := w.cfg.Range
 	workerID := w.workerID()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k, at := range w.warned {
-		if now.Sub(at) >= w.cfg.WarnEvery {
-			delete(w.warned, k)
-		}
-	}
+	var groups []*conflictGroup
+	byReason := map[string]*conflictGroup{}
 	var conflicts int64
 	for _, m := range answers {
 		p, err := parsePeer(m.Data)
@@ -231,16 +288,51 @@ func (w *peerRanges) check(answers []*nats.Msg, now time.Time) {
 			continue
 		}
 		conflicts++
-		key := p.instance + "\x00" + reason
-		if _, recent := w.warned[key]; recent {
-			continue
+		g := byReason[reason]
+		if g == nil {
+			g = &conflictGroup{reason: reason, first: p}
+			byReason[reason] = g
+			groups = append(groups, g)
 		}
-		w.warned[key] = now
-		w.log.Warn("a peer dispenser's worker-ID range conflicts with this one's: "+reason,
-			"peer_node", p.nodeID, "peer_instance", p.instance, "peer_worker_id", p.workerID, "peer_range", rangeText(p),
-			"worker_id", workerID, "range", mine.String())
+		g.count++
+		if len(g.nodes) < maxWarnPeers && !slices.Contains(g.nodes, p.nodeID) {
+			g.nodes = append(g.nodes, p.nodeID)
+		}
 	}
 	w.conflicts.Store(conflicts)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, at := range w.warned {
+		if now.Sub(at) >= w.cfg.WarnEvery {
+			delete(w.warned, k)
+		}
+	}
+	unlogged, unloggedPeers := 0, 0
+	for _, g := range groups {
+		if _, recent := w.warned[g.reason]; recent {
+			continue
+		}
+		if len(w.warned) >= maxWarnReasons {
+			unlogged++
+			unloggedPeers += g.count
+			continue
+		}
+		w.warned[g.reason] = now
+		p := g.first
+		nodes := strings.Join(g.nodes, ",")
+		if more := g.count - len(g.nodes); more > 0 {
+			nodes += fmt.Sprintf(",+%d more", more)
+		}
+		w.log.Warn("a peer dispenser's worker-ID range conflicts with this one's: "+g.reason,
+			"peers", g.count, "peer_nodes", nodes, "peer_instance", p.instance, "peer_worker_id", p.workerID, "peer_range", rangeText(p),
+			"worker_id", workerID, "range", mine.String())
+	}
+	if unlogged > 0 && now.Sub(w.summarized) >= w.cfg.WarnEvery {
+		w.summarized = now
+		w.log.Warn(fmt.Sprintf("%d more peer dispensers conflict with this one's worker IDs for %d other reasons, not logged: at most %d reasons are logged every %s ($SRV.STATS worker_id_conflicts counts every conflicting peer)",
+			unloggedPeers, unlogged, maxWarnReasons, w.cfg.WarnEvery), "worker_id", workerID, "range", mine.String())
+	}
 }
 
 // rangeText is a peer's range for logs, "none" when it publishes none.
@@ -249,52 +341,6 @@ func rangeText(p peer) string {
 		return "none"
 	}
 	return p.rng.String()
-}
-
-// errPeersRefused is fanIn's error when the server refused the request: the
-// connection's user may not publish to the discovery subject (deploy/nats-roles.conf).
-var errPeersRefused = errors.New("the NATS server refuses the discovery request")
-
-// fanIn publishes an empty request on subject and collects every answer until window
-// passed, ctx ended, or no answer came for peerQuiet after the last one. NATS' "no
-// responders" status ends it with no answers; a refused publish with errPeersRefused.
-func fanIn(ctx context.Context, nc *nats.Conn, subject string, window time.Duration) ([]*nats.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, window)
-	defer cancel()
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe() //nolint:errcheck // the inbox is ours alone
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, err
-	}
-	// A refusal comes back asynchronously, before the answer to a round trip.
-	if err := nc.FlushWithContext(ctx); err != nil {
-		return nil, err
-	}
-	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
-		return nil, fmt.Errorf("%w: %w", errPeersRefused, err)
-	}
-	var out []*nats.Msg
-	for {
-		wait, stop := ctx, context.CancelFunc(func() {})
-		if len(out) > 0 {
-			wait, stop = context.WithTimeout(ctx, peerQuiet)
-		}
-		m, err := sub.NextMsgWithContext(wait)
-		stop()
-		switch {
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-			return out, nil
-		case err != nil:
-			return out, err
-		case wire.NoResponders(m.Header, m.Data):
-			return out, nil // no responders
-		}
-		out = append(out, m)
-	}
 }
 
 // layoutConflict says why a peer with another snowflake layout than this node's
@@ -318,17 +364,17 @@ func CheckPeerLayouts(ctx context.Context, nc *nats.Conn, service, layout, self 
 	if err != nil {
 		return err
 	}
-	answers, err := fanIn(ctx, nc, subject, peerWindow)
-	if err != nil && !errors.Is(err, errPeersRefused) && ctx.Err() != nil {
+	answers, err := askPeers(ctx, nc, service, subject)
+	if err != nil && ctx.Err() != nil {
 		return err
 	}
 	var found []string
-	for _, m := range answers {
+	for _, m := range answers.Msgs {
 		p, err := parsePeer(m.Data)
 		if err != nil || p.instance == self || p.layout == layout {
 			continue
 		}
-		found = append(found, fmt.Sprintf("node %s (instance %s) runs %s", wire.Quote(p.nodeID), wire.Quote(p.instance), wire.Quote(p.layout)))
+		found = append(found, fmt.Sprintf("node %s (instance %s) runs %s", quoted(p.nodeID), quoted(p.instance), quoted(p.layout)))
 		if len(found) == 5 {
 			found = append(found, "...")
 			break

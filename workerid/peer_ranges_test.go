@@ -2,6 +2,7 @@ package workerid
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -102,5 +103,62 @@ func TestPeerRangesCheck(t *testing.T) {
 	w.check(answers, start.Add(time.Minute))
 	if n := count(); n != 4 {
 		t.Fatalf("%d warnings after WarnEvery, want 4", n)
+	}
+}
+
+// TestPeerRangesCheckRogue: 10,000 fake dispensers cost a bounded number of warning
+// lines of bounded length, whatever they rotate: instances and node IDs (one reason, one
+// line), or ranges (at most maxWarnReasons lines and one summing up the rest, per
+// WarnEvery), and a 20 KB node ID (one in a thousand here) is cut.
+func TestPeerRangesCheckRogue(t *testing.T) {
+	var logs testutil.SyncBuffer
+	w := newPeerRanges(PeersConfig{Range: Range{Min: 0, Max: 511}, WarnEvery: time.Minute},
+		"a1", func() int64 { return 3 }, slog.New(slog.NewTextHandler(&logs, nil)))
+	long := strings.Repeat("x", 20<<10)
+	fakes := func(round int, rangeOf func(i int) (lo, hi int)) []*nats.Msg {
+		var out []*nats.Msg
+		for i := range 10_000 {
+			lo, hi := rangeOf(i)
+			node := fmt.Sprintf("fake-%d", i)
+			if i%1000 == 0 {
+				node += long
+			}
+			out = append(out, infoAnswer(t, fmt.Sprintf("fake%d-%d", round, i), map[string]string{
+				"node_id": node, "worker_id": "9",
+				"worker_id_min": fmt.Sprint(lo), "worker_id_max": fmt.Sprint(hi),
+			}))
+		}
+		return out
+	}
+	mark := 0 // lines before it are from earlier steps
+	lines := func() []string {
+		var out []string
+		for l := range strings.SplitSeq(strings.TrimSpace(logs.String()[mark:]), "\n") {
+			if l != "" {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	start := time.Unix(1_763_790_000, 0)
+	sameRange := func(int) (int, int) { return 256, 767 }
+	for round := range 3 { // new instances every check, as a rotating rogue's
+		w.check(fakes(round, sameRange), start.Add(time.Duration(round)*time.Second))
+	}
+	if got := lines(); len(got) != 1 || w.conflicts.Load() != 10_000 {
+		t.Fatalf("three checks of 10,000 rotating fakes with one conflict: %d lines, %d conflicts; want 1 line and 10,000 conflicts:\n%.2000s", len(got), w.conflicts.Load(), logs.String())
+	}
+	if l := lines()[0]; len(l) > 2000 || !strings.Contains(l, "peers=10000") || !strings.Contains(l, `+9995 more`) {
+		t.Errorf("the line is %d bytes, want under 2,000 naming 10,000 peers, five of them:\n%.3000s", len(l), l)
+	}
+	mark = len(logs.String())
+	w.check(fakes(9, func(i int) (int, int) { return i % 500, 600 + i%400 }), start.Add(2*time.Minute))
+	if got := lines(); len(got) != maxWarnReasons+1 || !strings.Contains(got[len(got)-1], "more peer dispensers conflict") {
+		t.Fatalf("10,000 fakes with their own ranges: %d lines, want %d and a summary:\n%.3000s", len(got), maxWarnReasons+1, logs.String())
+	}
+	mark = len(logs.String())
+	w.check(fakes(10, func(i int) (int, int) { return i % 500, 600 + i%400 }), start.Add(2*time.Minute+time.Second))
+	if got := lines(); len(got) != 0 {
+		t.Errorf("the same again within WarnEvery: %d lines, want none:\n%.3000s", len(got), logs.String())
 	}
 }

@@ -124,6 +124,13 @@ type process struct {
 // unless args join NATS servers with --nats) and waits for its ready line.
 func startBinary(t testing.TB, dataDir string, args ...string) *process {
 	t.Helper()
+	return startBinaryLimited(t, dataDir, 0, args...)
+}
+
+// startBinaryLimited is startBinary with the process's open file limit, soft and hard,
+// set to nofile (0: inherited), as `ulimit -n` in a shell sets it.
+func startBinaryLimited(t testing.TB, dataDir string, nofile int, args ...string) *process {
+	t.Helper()
 	bin, err := buildDispenser()
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +149,10 @@ func startBinary(t testing.TB, dataDir string, args ...string) *process {
 	}
 	args = append(first, args...)
 	cmd := exec.Command(bin, args...)
+	if nofile > 0 {
+		// exec keeps the process (and its pid) and the limit.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), bin}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), "LEAFBUS_LOG_LEVEL=debug")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/internal/cpuprofile"
+	"github.com/leafbus/leafbus/internal/fdlimit"
 )
 
 // Main is the serve command: it parses its configuration, runs one dispenser (package
@@ -45,6 +46,16 @@ func (m *Main) Run(ctx context.Context) error {
 	m.log = m.Config.logger(m.Stderr)
 	if pct, ok := gcPercent(m.Getenv); ok {
 		debug.SetGCPercent(pct)
+	}
+	// Every connection takes a descriptor: the HTTP connection cap is sized from this
+	// limit (dispenser's httpConnCap), so that clients never take the last ones.
+	switch before, hard, soft, err := fdlimit.Raise(); {
+	case err != nil:
+		m.log.Warn("open file limit", "err", err)
+	case before < soft:
+		m.log.Info("open file limit raised to the hard limit", "from", before, "to", soft)
+	default:
+		m.log.Debug("open file limit", "soft", soft, "hard", hard)
 	}
 	for _, note := range m.Config.notes {
 		m.log.Warn("--leaf-properties: "+note, "file", m.Config.LeafProperties)
