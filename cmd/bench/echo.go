@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -102,24 +102,14 @@ func countResponders(nc *nats.Conn, service, subject string, wait time.Duration)
 	if err != nil {
 		return 0, fmt.Errorf("service info: %w", err)
 	}
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	// Instances answer together: once one has, stragglers get a short grace.
+	ask := client.AskAll{Prefix: service, Window: wait, Quiet: 200 * time.Millisecond}
+	answers, err := ask.Do(context.Background(), nc, &nats.Msg{Subject: infoSubject})
 	if err != nil {
 		return 0, fmt.Errorf("service info: %w", err)
 	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(infoSubject, inbox, nil); err != nil {
-		return 0, fmt.Errorf("service info: %w", err)
-	}
 	n := 0
-	for {
-		m, err := sub.NextMsg(wait)
-		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
-			return n, nil // nobody (more) answered: no micro service, or all have
-		}
-		if err != nil {
-			return n, fmt.Errorf("service info: %w", err)
-		}
+	for _, m := range answers.Msgs {
 		var info micro.Info
 		if err := json.Unmarshal(m.Data, &info); err != nil {
 			return n, fmt.Errorf("service info from %s: %w", service, err)
@@ -129,9 +119,8 @@ func countResponders(nc *nats.Conn, service, subject string, wait time.Duration)
 				n++
 			}
 		}
-		// Instances answer together; once one has, stragglers get a short grace.
-		wait = min(wait, 200*time.Millisecond)
 	}
+	return n, nil
 }
 
 // subjectMatches reports whether the NATS subject pattern (with * and >) covers subject.
