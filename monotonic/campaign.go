@@ -99,6 +99,9 @@ func (m *Manager) tryAcquire(ctx context.Context, ts *tagState, own uint64) (*te
 	h := ts.holder.Load()
 	now := m.now()
 	if !m.mayLead(ts.name) {
+		if h.live() && h.rec.Instance == m.instance {
+			return nil, m.giveBack(ctx, ts, h)
+		}
 		return nil, m.followOnly(ts, h, now)
 	}
 	var rev uint64
@@ -164,6 +167,48 @@ func (m *Manager) followOnly(ts *tagState, h *holder, now time.Duration) time.Du
 		m.setHolder(ts.name, h, &stale)
 	}
 	return m.cfg.retryInterval()
+}
+
+// giveBack writes a released record over h, a live record of this dispenser's own for a
+// tag it may not lead. No term of this dispenser serves under it (a campaign asks only
+// between terms, and a tag's campaigns run one after another), so its leader has
+// stopped serving, and the record is released as a leader that stops releases its own:
+// a compare-and-set on its revision. Such a record comes from a lease write whose answer
+// did not come back but which was stored: its campaign ended while it was under way
+// (this dispenser took a released lease just before it saw the tag marked ordinary, its
+// marks watch lagging its leases watch), or it timed out and the mark came meanwhile.
+// Left alone, it would keep the tag monotonic on every dispenser for a lease TTL, and
+// its key would hold no released record. It returns how long to wait before looking
+// again.
+func (m *Manager) giveBack(ctx context.Context, ts *tagState, h *holder) time.Duration {
+	rec, err := m.releasedRecord()
+	if err != nil {
+		return m.cfg.retryInterval()
+	}
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
+	_, err = m.leaders.Update(callCtx, wire.TagKey(ts.name), rec, h.rev)
+	cancel()
+	switch {
+	case err == nil:
+		ts.acquireFailures = 0
+		m.log.Info("monotonic: a lease record of this dispenser's that no term serves given back", "tag", ts.name, "revision", h.rev)
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound):
+		// Written since (our own release, most often, that the watch has not
+		// delivered yet), or expired: look at the key itself.
+		if m.refreshHolder(ctx, ts) {
+			return 0
+		}
+	case ctx.Err() == nil:
+		if ts.acquireFailures++; ts.acquireFailures == 1 {
+			m.log.Warn("monotonic: a lease record of this dispenser's that no term serves not given back, retrying", "tag", ts.name, "err", err, "retry_every", m.cfg.retryInterval())
+		}
+	}
+	return m.cfg.retryInterval()
+}
+
+// releasedRecord is this dispenser's released lease record.
+func (m *Manager) releasedRecord() ([]byte, error) {
+	return json.Marshal(leaseRecord{Node: m.cfg.NodeID, Instance: m.instance, TTLMs: m.cfg.LeaseTTL.Milliseconds(), Released: true})
 }
 
 // refreshHolder reads the lease key into the view: a revision the watch has not
@@ -325,7 +370,7 @@ func (m *Manager) endTerm(ts *tagState, t *term) {
 // not wait out the lease; best effort, as a record left behind simply expires.
 func (m *Manager) release(ts *tagState, t *term) {
 	m.endTerm(ts, t)
-	rec, err := json.Marshal(leaseRecord{Node: m.cfg.NodeID, Instance: m.instance, TTLMs: m.cfg.LeaseTTL.Milliseconds(), Released: true})
+	rec, err := m.releasedRecord()
 	if err != nil {
 		return
 	}

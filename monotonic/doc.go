@@ -25,6 +25,11 @@
 //
 // A tag marked ordinary stays monotonic until its leader gave the lease back; the
 // update that marks it answers once that happened on the dispenser that answers it.
+// A dispenser whose marks watch lags its leases watch may take that released lease
+// before it sees the mark, and see the mark while the write is under way: its campaign
+// ends, and the write, stored all the same, leaves a live record of its own that no
+// term serves. A dispenser gives back any such record of its own for a tag it may not
+// lead, as a leader that stops does, so the tag does not stay monotonic for a lease TTL.
 //
 // # When the promise starts
 //
@@ -76,12 +81,12 @@
 //     renewals, by a compare-and-set on its revision, serving from half a TTL after
 //     they first saw it: by the same argument its leader stopped serving by then. A
 //     killed leader's tag is served again about half a TTL after its last renewal;
-//   - from a released record (its leader stopped serving, then wrote it), at once. The
-//     first lease of a tag is such a record too: SetMonotonic writes it, before the
-//     mark, when the tag is monotonic neither by its value nor in the writer's view and
-//     its lease key holds nothing at all (whoever led it last wrote more than two TTLs
-//     ago, by the bucket's record lifetime), so a new tag's first leader serves as soon
-//     as its lease is written;
+//   - from a released record (its leader stopped serving, or never served under the
+//     record it releases, then wrote it), at once. The first lease of a tag is such a
+//     record too: SetMonotonic writes it, before the mark, when the tag is monotonic
+//     neither by its value nor in the writer's view and its lease key holds nothing at
+//     all (whoever led it last wrote more than two TTLs ago, by the bucket's record
+//     lifetime), so a new tag's first leader serves as soon as its lease is written;
 //   - from a record of their own (nobody wrote the key since), at once;
 //   - from no record at all (it expired, was deleted, or the bucket was lost), by a
 //     create-only write, and then serve no earlier than half a TTL after the write
@@ -150,6 +155,12 @@
 //   - Store unreachable: the leader serves what it holds, then answers 503.
 //   - Graceful stop: the leader stops serving, then writes a released record; a
 //     follower takes over at once.
+//   - A lease write whose answer is lost (its campaign ended meanwhile, or it timed
+//     out) but that was stored: a record of this dispenser's own that no term of it
+//     serves (a tag's campaigns run one after another, and a campaign looks at the
+//     lease only between its terms). Where the tag is marked, it is taken as a record
+//     of our own; where it is not, it is given back at once, by a compare-and-set on
+//     its revision.
 //   - <prefix>_tagopts lost: every dispenser keeps serving its remembered tags as
 //     monotonic and writes their marks back; a dispenser started meanwhile remembers
 //     its own, and a live lease record makes a tag monotonic to one that remembers none.

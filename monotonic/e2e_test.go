@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,6 +138,108 @@ func TestMarkLifecycle(t *testing.T) {
 	if ids[0] <= highest {
 		t.Fatalf("first ID after marking again %d: want above every ID served before, %d", ids[0], highest)
 	}
+}
+
+// heldUnmarkKV is a real <prefix>_tagopts bucket whose watchers hold back the value
+// that marks tag ordinary, and every entry after it, until let is closed: the marks
+// watch of a dispenser that lags its leases watch.
+type heldUnmarkKV struct {
+	jetstream.KeyValue
+	tag string
+	let <-chan struct{}
+}
+
+func (kv heldUnmarkKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := kv.KeyValue.WatchAll(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	hw := &earlyWatcher{KeyWatcher: w, out: make(chan jetstream.KeyValueEntry, 64)}
+	go func() { // ends when w's channel closes (Stop), once let is closed
+		defer close(hw.out)
+		for e := range w.Updates() {
+			var o tagOptions
+			if e != nil && e.Key() == wire.TagKey(kv.tag) && json.Unmarshal(e.Value(), &o) == nil && !o.Monotonic {
+				<-kv.let
+			}
+			hw.out <- e
+		}
+	}()
+	return hw, nil
+}
+
+// answerLostKV is a real <prefix>_leaders bucket whose first write of a live lease
+// record of tag calls sent, waits until the writer's ctx ends, and only then is stored:
+// a write that reached the server after its writer stopped waiting for the answer.
+type answerLostKV struct {
+	jetstream.KeyValue
+	tag  string
+	once *sync.Once
+	sent func()
+}
+
+func (kv answerLostKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	var rec leaseRecord
+	first := false
+	if key == wire.TagKey(kv.tag) && json.Unmarshal(value, &rec) == nil && !rec.Released {
+		kv.once.Do(func() { first = true })
+	}
+	if !first {
+		return kv.KeyValue.Update(ctx, key, value, rev)
+	}
+	kv.sent()
+	<-ctx.Done()
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := kv.KeyValue.Update(wctx, key, value, rev); err != nil {
+		return 0, err
+	}
+	return 0, ctx.Err()
+}
+
+// TestLeaseWrittenAsTagTurnsOrdinary: a tag is marked ordinary; a follower whose
+// marks watch lags sees the leader's released record first, takes the lease, and the
+// mark reaches it while that write is under way: its campaign ends (the tag is ordinary
+// and nobody holds it), and the write is stored after it stopped waiting for the
+// answer. That record of its own, which no term serves, must not keep the tag
+// monotonic: the dispenser gives it back, and the tag is ordinary everywhere with a
+// released lease record, as TestMarkLifecycle expects.
+func TestLeaseWrittenAsTagTurnsOrdinary(t *testing.T) {
+	e := newEnv(t)
+	d1 := e.startNode("d1", false, nil)
+	nc := e.connect(e.urls, "client")
+	addMonotonic(t, nc, e.prefix, "ordered", 10)
+	leaderOf(t, "ordered", 3*e.ttl, d1)
+
+	let := make(chan struct{})
+	var letOnce sync.Once
+	letMark := func() { letOnce.Do(func() { close(let) }) }
+	defer letMark()
+	e.wrapOpts = func(kv jetstream.KeyValue) jetstream.KeyValue { return heldUnmarkKV{kv, "ordered", let} }
+	e.wrapLeaders = func(_ string, kv jetstream.KeyValue) jetstream.KeyValue {
+		return answerLostKV{KeyValue: kv, tag: "ordered", once: new(sync.Once), sent: letMark}
+	}
+	d2 := e.startNode("d2", false, nil)
+	testutil.Eventually(t, 3*e.ttl, "d2 follows d1", func() bool { return d2.role("ordered") == "follower" })
+
+	if err := d1.mgr.SetMonotonic(context.Background(), "ordered", false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-let:
+	case <-time.After(3 * e.ttl):
+		t.Fatal("d2 did not take the lease its leader released while its marks watch held the mark back")
+	}
+	testutil.Eventually(t, 3*e.ttl, "both dispensers serve the tag as ordinary and its lease record is released", func() bool {
+		for _, n := range []*node{d1, d2} {
+			if mono, _ := n.mgr.IsMonotonic("ordered"); mono {
+				return false
+			}
+		}
+		e, err := d1.mgr.leaders.Get(context.Background(), "ordered")
+		var rec leaseRecord
+		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Released
+	})
 }
 
 // TestPromiseMySQLStore: the same promise with Leaf's leaf_alloc in MariaDB as the
