@@ -1,10 +1,8 @@
 package monotonic
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"maps"
 	"os"
@@ -72,9 +70,8 @@ var ErrCorruptMemory = errors.New("corrupt file of remembered monotonic tags")
 //	web<TAB>monotonic bits=53
 //	crc32 5e6f7a8b
 const (
-	memoryHeader    = "leafbus monotonic tags v1"
-	memoryHeaderV2  = "leafbus tag options v2"
-	memorySumPrefix = "crc32 "
+	memoryHeader   = "leafbus monotonic tags v1"
+	memoryHeaderV2 = "leafbus tag options v2"
 )
 
 // openMemory loads the file at path, or creates it (durably, so that a data dir that
@@ -208,7 +205,7 @@ func encodeMemory(tags map[string]bool, ranges map[string]wire.TagRange) []byte 
 			b = append(b, tag...)
 			b = append(b, '\n')
 		}
-		return fmt.Appendf(b, "%s%08x\n", memorySumPrefix, crc32.ChecksumIEEE(b))
+		return durable.AppendSum(b)
 	}
 	b = append(b, memoryHeaderV2...)
 	b = append(b, '\n')
@@ -235,26 +232,17 @@ func encodeMemory(tags map[string]bool, ranges map[string]wire.TagRange) []byte 
 		}
 		b = append(b, '\n')
 	}
-	return fmt.Appendf(b, "%s%08x\n", memorySumPrefix, crc32.ChecksumIEEE(b))
+	return durable.AppendSum(b)
 }
 
 // decodeMemory parses the file, refusing anything encodeMemory could not have written.
 func decodeMemory(data []byte) (map[string]bool, map[string]wire.TagRange, error) {
-	if len(data) == 0 || data[len(data)-1] != '\n' {
-		return nil, nil, errors.New("the file is empty or its last line is cut short")
+	lines, err := durable.Lines(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	cut := bytes.LastIndexByte(data[:len(data)-1], '\n') + 1
-	body, last := data[:cut], string(data[cut:len(data)-1])
-	hex, ok := strings.CutPrefix(last, memorySumPrefix)
-	if !ok || len(hex) != 8 {
-		return nil, nil, fmt.Errorf("the last line %s is not the checksum line", wire.Quote(last))
-	}
-	if got := fmt.Sprintf("%08x", crc32.ChecksumIEEE(body)); got != hex {
-		return nil, nil, fmt.Errorf("the checksum of the content is %s, the file says %s", got, wire.Quote(hex))
-	}
-	lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
-	v2 := len(body) > 0 && lines[0] == memoryHeaderV2
-	if len(body) == 0 || lines[0] != memoryHeader && !v2 {
+	v2 := len(lines) > 0 && lines[0] == memoryHeaderV2
+	if len(lines) == 0 || lines[0] != memoryHeader && !v2 {
 		return nil, nil, fmt.Errorf("the first line is neither %q nor %q", memoryHeader, memoryHeaderV2)
 	}
 	tags := make(map[string]bool, len(lines)-1)

@@ -3,7 +3,6 @@ package monotonic
 import (
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"os"
 	"path/filepath"
@@ -101,7 +100,7 @@ func TestMemoryCorrupt(t *testing.T) {
 // only fault is its content.
 func fixSum(body string) string {
 	b := []byte(body)
-	return string(b) + fmt.Sprintf("%s%08x\n", memorySumPrefix, crc32.ChecksumIEEE(b))
+	return string(durable.AppendSum(b))
 }
 
 // TestMemoryGroupCommit: many tags set at once cost far fewer file writes than tags,

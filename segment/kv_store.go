@@ -54,25 +54,20 @@ const (
 var kvCASPolicy = backoff.Policy{Min: 2 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: 1}
 
 // OpenKVStore creates the bucket (file storage, replicas copies, history 1) or binds to it
-// when it exists, whatever its settings, and returns the store.
+// when it exists, whatever its settings (kvbucket.Open: a server that refuses for a
+// moment, electing or still removing a deleted bucket's files, is asked again), and
+// returns the store.
 func OpenKVStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*KVStore, error) {
 	if replicas < 1 || replicas > 5 {
 		return nil, fmt.Errorf("segment: open kv bucket %q: replicas %d must be between 1 and 5", bucket, replicas)
 	}
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "leafbus segment store: one key per biz tag (Leaf's leaf_alloc)",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			// Another dispenser created it between our lookup and create.
-			kv, err = js.KeyValue(ctx, bucket)
-		}
-	}
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "leafbus segment store: one key per biz tag (Leaf's leaf_alloc)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("segment: open kv bucket %q: %w", bucket, err)
 	}

@@ -1,11 +1,9 @@
 package segment
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"maps"
 	"os"
@@ -73,7 +71,6 @@ const (
 	marksHeader       = "leafbus segment high-water marks v1"
 	marksHeaderFenced = "leafbus segment high-water marks v2"
 	marksFencePrefix  = "fenced "
-	marksSumPrefix    = "crc32 "
 )
 
 // Fence is what `dispenser fence` records in the marks file of a data dir restored from
@@ -366,35 +363,19 @@ func encodeMarks(marks map[string]markEntry, fence Fence) []byte {
 		b = strconv.AppendInt(b, marks[tag].maxID, 10)
 		b = append(b, '\n')
 	}
-	return fmt.Appendf(b, "%s%08x\n", marksSumPrefix, crc32.ChecksumIEEE(b))
+	return durable.AppendSum(b)
 }
 
 // decodeMarks parses a marks file, refusing anything encodeMarks could not have written.
 func decodeMarks(data []byte) (map[string]int64, Fence, error) {
 	var fence Fence
-	if len(data) == 0 {
-		return nil, fence, errors.New("the file is empty")
-	}
-	if data[len(data)-1] != '\n' {
-		return nil, fence, errors.New("the last line is cut short")
-	}
-	cut := bytes.LastIndexByte(data[:len(data)-1], '\n') + 1
-	body, last := data[:cut], string(data[cut:len(data)-1])
-	hex, ok := strings.CutPrefix(last, marksSumPrefix)
-	if !ok || len(hex) != 8 {
-		return nil, fence, fmt.Errorf("the last line %s is not the checksum line", wire.Quote(last))
-	}
-	want, err := strconv.ParseUint(hex, 16, 32)
+	lines, err := durable.Lines(data)
 	if err != nil {
-		return nil, fence, fmt.Errorf("the checksum %s is not 8 hex digits", wire.Quote(hex))
+		return nil, fence, err
 	}
-	if got := crc32.ChecksumIEEE(body); uint32(want) != got {
-		return nil, fence, fmt.Errorf("the checksum of the content is %08x, the file says %s", got, hex)
-	}
-	if len(body) == 0 {
+	if len(lines) == 0 {
 		return nil, fence, errors.New("the header line is missing")
 	}
-	lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
 	first := 1 // the first tag line
 	switch lines[0] {
 	case marksHeader:
