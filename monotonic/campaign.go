@@ -22,16 +22,18 @@ const releaseTimeout = 2 * time.Second
 var rememberPolicy = backoff.Policy{Min: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
 
 // campaign is one monotonic tag's life on this dispenser until ctx ends: remember the
-// tag (durably, before anything else), take the lease when it is free (or surely
-// over), lead while it holds it, follow otherwise, verifying each leader it follows.
+// tag's mark (durably, before each attempt to lead), take the lease when it is free (or
+// surely over), lead while it holds it, follow otherwise, verifying each leader it
+// follows. A campaign started by a live lease record alone, before the tag's mark
+// arrived, remembers the mark on the attempt the mark's arrival pokes.
 func (m *Manager) campaign(ctx context.Context, ts *tagState) {
-	if !m.remember(ctx, ts.name) {
-		return
-	}
 	var own uint64 // the revision of our own record after a term ended; 0: none known
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for ctx.Err() == nil {
+		if !m.remember(ctx, ts.name) {
+			return
+		}
 		t, wait := m.tryAcquire(ctx, ts, own)
 		if t != nil {
 			own = m.lead(ctx, ts, t)

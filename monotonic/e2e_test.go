@@ -140,16 +140,17 @@ func TestMarkLifecycle(t *testing.T) {
 	}
 }
 
-// heldUnmarkKV is a real <prefix>_tagopts bucket whose watchers hold back the value
-// that marks tag ordinary, and every entry after it, until let is closed: the marks
-// watch of a dispenser that lags its leases watch.
-type heldUnmarkKV struct {
+// heldMarkKV is a real <prefix>_tagopts bucket whose watchers hold back the value that
+// marks tag monotonic (or, with monotonic false, ordinary), and every entry after it,
+// until let is closed: the marks watch of a dispenser that lags its leases watch.
+type heldMarkKV struct {
 	jetstream.KeyValue
-	tag string
-	let <-chan struct{}
+	tag       string
+	monotonic bool
+	let       <-chan struct{}
 }
 
-func (kv heldUnmarkKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+func (kv heldMarkKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
 	w, err := kv.KeyValue.WatchAll(ctx, opts...)
 	if err != nil {
 		return nil, err
@@ -159,13 +160,42 @@ func (kv heldUnmarkKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt)
 		defer close(hw.out)
 		for e := range w.Updates() {
 			var o tagOptions
-			if e != nil && e.Key() == wire.TagKey(kv.tag) && json.Unmarshal(e.Value(), &o) == nil && !o.Monotonic {
+			if e != nil && e.Key() == wire.TagKey(kv.tag) && json.Unmarshal(e.Value(), &o) == nil && o.Monotonic == kv.monotonic {
 				<-kv.let
 			}
 			hw.out <- e
 		}
 	}()
 	return hw, nil
+}
+
+// TestMarkAfterLeaseIsRemembered: a dispenser whose leases watch shows it a tag's live
+// lease before its marks watch shows it the tag's mark follows the tag from the lease
+// alone; once the mark arrives, it writes the tag into its memory (so that after a
+// restart with the marks bucket lost it still serves the tag as monotonic) before it
+// may ever lead it.
+func TestMarkAfterLeaseIsRemembered(t *testing.T) {
+	e := newEnv(t)
+	d1 := e.startNode("d1", false, nil)
+	let := make(chan struct{})
+	var letOnce sync.Once
+	letMark := func() { letOnce.Do(func() { close(let) }) }
+	defer letMark()
+	e.wrapOpts = func(kv jetstream.KeyValue) jetstream.KeyValue { return heldMarkKV{kv, "ordered", true, let} }
+	d2 := e.startNode("d2", false, nil)
+
+	marked := make(chan error, 1)
+	go func() { marked <- d1.mgr.SetMonotonic(context.Background(), "ordered", true) }()
+	leaderOf(t, "ordered", 3*e.ttl, d1)
+	testutil.Eventually(t, 3*e.ttl, "d2 follows d1 on the lease alone", func() bool { return d2.role("ordered") == "follower" })
+	if remembered(t, e, "d2")["ordered"] {
+		t.Fatal("d2 remembers ordered before its mark reached it")
+	}
+	letMark()
+	if err := <-marked; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 3*e.ttl, "d2 remembers ordered once its mark arrived", func() bool { return remembered(t, e, "d2")["ordered"] })
 }
 
 // answerLostKV is a real <prefix>_leaders bucket whose first write of a live lease
@@ -215,7 +245,7 @@ func TestLeaseWrittenAsTagTurnsOrdinary(t *testing.T) {
 	var letOnce sync.Once
 	letMark := func() { letOnce.Do(func() { close(let) }) }
 	defer letMark()
-	e.wrapOpts = func(kv jetstream.KeyValue) jetstream.KeyValue { return heldUnmarkKV{kv, "ordered", let} }
+	e.wrapOpts = func(kv jetstream.KeyValue) jetstream.KeyValue { return heldMarkKV{kv, "ordered", false, let} }
 	e.wrapLeaders = func(_ string, kv jetstream.KeyValue) jetstream.KeyValue {
 		return answerLostKV{KeyValue: kv, tag: "ordered", once: new(sync.Once), sent: letMark}
 	}

@@ -422,12 +422,14 @@ func (m *Manager) marked(name string) bool {
 	return m.memory.has(name)
 }
 
-// mayLead reports whether this dispenser may take name's lease: the tag is marked. A
-// tag monotonic only by a live lease record is followed, never led.
+// mayLead reports whether this dispenser may take name's lease: the tag is marked and
+// its memory holds it (the campaign remembers a mark before each attempt; a mark that
+// arrived since is remembered on the next one). A tag monotonic only by a live lease
+// record is followed, never led.
 func (m *Manager) mayLead(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.marked(name)
+	return m.marked(name) && m.memory.has(name)
 }
 
 // syncMemory brings the memory's entry of name in line with its value in
