@@ -225,9 +225,19 @@ func (r *ZKRegistry) Close() {
 // base is the root of everything this registry keeps: Leaf's leaf.name.
 func (r *ZKRegistry) base() string { return "/snowflake/" + r.cfg.Name }
 
-// call runs fn, returning early with ctx's error when ctx ends first (go-zk's calls take
-// no context; Close fails them, and waits for them).
+// call runs fn once the client has a session, returning early with ctx's error when ctx
+// ends first (go-zk's calls take no context; Close fails them, and waits for them).
+//
+// Waiting for the session here rather than in go-zk keeps calls out of go-zk's send
+// queue while it is disconnected: go-zk sends what queued up the moment it reconnects,
+// and reads the answers while it is still setting the session's watches again, reading
+// and writing its last-seen zxid unsynchronized (go-zookeeper/zk v1.0.4 conn.go,
+// sendSetWatches against recvLoop; harmless in itself, but a data race the race
+// detector reports). A call made just as a session comes back can still meet it.
 func (r *ZKRegistry) call(ctx context.Context, fn func() error) error {
+	if err := r.awaitSession(ctx); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -245,6 +255,34 @@ func (r *ZKRegistry) call(ctx context.Context, fn func() error) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// awaitSession returns once the client has a session, or with ctx's error, or an error
+// wrapping zk.ErrClosing once the registry is closed. A change of the session state
+// wakes it; it also looks every zkSuperviseTick, for a client replaced meanwhile.
+func (r *ZKRegistry) awaitSession(ctx context.Context) error {
+	var tick *time.Ticker
+	for {
+		changed := r.stateChanged()
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		switch {
+		case closed:
+			return fmt.Errorf("ZooKeeper registry closed: %w", zk.ErrClosing)
+		case r.hasSession():
+			return nil
+		case tick == nil:
+			tick = time.NewTicker(zkSuperviseTick)
+			defer tick.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-tick.C:
+		}
 	}
 }
 

@@ -144,3 +144,36 @@ func TestZKForeverLeaseWatchZooKeeperUnreachable(t *testing.T) {
 		t.Fatalf("Next after ZooKeeper is back: %v", err)
 	}
 }
+
+// A call made while the client has no session is handed to go-zk only once a session is
+// back: go-zk would queue it and send it the moment it reconnects, while it is still
+// setting its watches again (zk_registry.go, call, says why that is a data race in go-zk).
+func TestZKCallWaitsForSession(t *testing.T) {
+	t.Parallel()
+	_, _, name, proxy := zkBehindProxy(t)
+	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(zkWatchTTL)))
+	proxy.Kill()
+	testutil.Eventually(t, 10*time.Second, "the client to lose its session", func() bool { return !r.hasSession() })
+
+	ran := make(chan zk.State, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.call(testutil.Context(t, 20*time.Second), func() error {
+			ran <- r.conn.State()
+			_, _, err := r.conn.Exists(r.base())
+			return err
+		})
+	}()
+	select {
+	case st := <-ran:
+		t.Fatalf("the call was handed to go-zk without a session (state %s)", st)
+	case <-time.After(300 * time.Millisecond):
+	}
+	proxy.Heal()
+	if err := <-done; err != nil {
+		t.Fatalf("the call once the session was back: %v", err)
+	}
+	if st := <-ran; st != zk.StateHasSession {
+		t.Fatalf("the call was handed to go-zk in state %s, want %s", st, zk.StateHasSession)
+	}
+}
