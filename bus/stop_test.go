@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -10,32 +9,17 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/core"
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
-
-// slowSegments never has IDs in memory; Fill waits until released or ctx ends.
-type slowSegments struct{ release chan struct{} }
-
-func (s *slowSegments) TryFill(string, []int64) (bool, error) { return false, nil }
-func (s *slowSegments) Fill(ctx context.Context, _ string, dst []int64) error {
-	select {
-	case <-s.release:
-		for i := range dst {
-			dst[i] = int64(i + 1)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // TestStopAnswersEveryDeliveredRequest: Stop while requests wait for a segment, and
 // while more keep arriving: every request that got in is answered (IDs or a 503), none
 // is left to time out, nothing races (run with -race), and Stop returns.
 func TestStopAnswersEveryDeliveredRequest(t *testing.T) {
 	ns := testenv.StartNATS(t)
-	src := &slowSegments{release: make(chan struct{})}
+	src := testutil.NewStalledSegments()
 	coreCfg := func(c *core.Config) { c.Segments, c.WaitMax = src, 2*time.Second }
 	cfg := DefaultConfig()
 	cfg.Core = newCore(t, coreCfg)
@@ -79,7 +63,7 @@ func TestStopAnswersEveryDeliveredRequest(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(20 * time.Millisecond)
-		close(src.release)
+		close(src.Release)
 	}()
 	if err := svc.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)

@@ -15,28 +15,11 @@ import (
 	"github.com/leafbus/leafbus/workerid"
 )
 
-// stalledSegments never has IDs in memory; Fill waits until released, then hands out
-// 1, 2, ..., or until ctx ends.
-type stalledSegments struct{ release chan struct{} }
-
-func (s *stalledSegments) TryFill(string, []int64) (bool, error) { return false, nil }
-func (s *stalledSegments) Fill(ctx context.Context, _ string, dst []int64) error {
-	select {
-	case <-s.release:
-		for i := range dst {
-			dst[i] = int64(i + 1)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // TestWaitBounds: a request that would wait while MaxWaiting already wait is refused at
 // once with ErrOverloaded (a 503, counted); one whose source runs out of time gets a 503
 // that says how long it waited; one whose source answers in time gets its IDs.
 func TestWaitBounds(t *testing.T) {
-	src := &stalledSegments{release: make(chan struct{})}
+	src := testutil.NewStalledSegments()
 	c := newCore(t, func(cfg *Config) { cfg.Segments, cfg.MaxWaiting, cfg.WaitMax = src, 1, 200*time.Millisecond })
 	first := make(chan Answer, 1)
 	if err := c.Wait(segReq("orders", 1), func(a Answer) { first <- a }); err != nil {
@@ -53,7 +36,7 @@ func TestWaitBounds(t *testing.T) {
 	if st.Overloaded != 1 || st.Waited != 1 || st.WaitErrors != 1 || !strings.Contains(st.LastUnavailable, "within") {
 		t.Fatalf("stats %+v; want 1 overloaded, 1 waited with an error, the last 503's text", st)
 	}
-	close(src.release)
+	close(src.Release)
 	if ids, err := get(t, c, segReq("orders", 3)); err != nil || fmt.Sprint(ids) != "[1 2 3]" {
 		t.Fatalf("a wait answered in time = %v, %v; want [1 2 3]", ids, err)
 	}
@@ -62,7 +45,7 @@ func TestWaitBounds(t *testing.T) {
 // TestGetAbandoned: a caller whose context ends while it waits gets a 503 at once; the
 // answer that comes later is dropped (its IDs a gap).
 func TestGetAbandoned(t *testing.T) {
-	src := &stalledSegments{release: make(chan struct{})}
+	src := testutil.NewStalledSegments()
 	c := newCore(t, func(cfg *Config) { cfg.Segments, cfg.WaitMax = src, 5*time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -70,7 +53,7 @@ func TestGetAbandoned(t *testing.T) {
 	if codeOrZero(a.Err) != 503 || !errors.Is(a.Err, context.DeadlineExceeded) {
 		t.Fatalf("Get abandoned by its caller = %v, want a 503 wrapping the context's error", a.Err)
 	}
-	close(src.release)
+	close(src.Release)
 }
 
 // TestNoSources: a core without a source answers 503 for its kind, and its admin calls

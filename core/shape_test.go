@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/opaque"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -168,8 +169,8 @@ func TestCoreShapesEveryPath(t *testing.T) {
 		slices.Sort(ids)
 		return ids
 	}
-	src := &stalledSegments{release: make(chan struct{})}
-	close(src.release)
+	src := testutil.NewStalledSegments()
+	close(src.Release)
 	taken := newCore(t, func(cfg *Config) { cfg.Segments, cfg.Shaper, cfg.TagRanges = fixedSegments{}, s, ranges })
 	waited := newCore(t, func(cfg *Config) { cfg.Segments, cfg.Shaper, cfg.TagRanges = src, s, ranges })
 	if ids, err := get(t, taken, segReq("inv", 5)); err != nil || !slices.Equal(ids, images(100, 5)) {

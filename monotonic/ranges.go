@@ -70,19 +70,7 @@ func (s *rangeSet) lookup(tag string) (wire.TagRange, error) {
 	if e, ok := s.exact[tag]; ok {
 		return e.r, e.err
 	}
-	if len(s.folded) == 0 || len(tag) > wire.MaxTagLen {
-		return wire.TagRange{}, nil
-	}
-	var buf [wire.MaxTagLen]byte
-	lower := buf[:len(tag)]
-	for i := 0; i < len(tag); i++ {
-		c := tag[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		lower[i] = c
-	}
-	if name, ok := s.folded[string(lower)]; ok {
+	if name, ok := foldedName(s.folded, tag); ok {
 		return wire.TagRange{}, wire.BadRequest("tag %q differs only in case from the tag %q, whose range is %s and which may be the same row of the segment store: ask for %q", tag, name, s.exact[name].r, name)
 	}
 	return wire.TagRange{}, nil

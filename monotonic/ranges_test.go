@@ -124,3 +124,41 @@ func TestRangeSetLookup(t *testing.T) {
 		t.Error("lookup allocates")
 	}
 }
+
+// TestFoldedLookups: on a store that folds case, a name that differs only in case from a
+// marked tag, or from a tag with a range, is refused (it is the same row); the exact
+// name and unrelated names are not, and a name longer than any tag is never folded.
+func TestFoldedLookups(t *testing.T) {
+	marks := newMarkSet(true, map[string]bool{"Orders": true})
+	ranges := &rangeSet{
+		exact:  map[string]rangeEntry{"Pay": {r: wire.TagRange{Bits: 53}}},
+		folded: map[string]string{"pay": "Pay"},
+	}
+	long := string(make([]byte, wire.MaxTagLen+1))
+	for _, c := range []struct {
+		tag          string
+		mono         bool
+		markRefused  bool
+		rangeRefused bool
+	}{
+		{tag: "Orders", mono: true},
+		{tag: "orders", markRefused: true},
+		{tag: "ORDERS", markRefused: true},
+		{tag: "Pay"},
+		{tag: "pAY", rangeRefused: true},
+		{tag: "other"},
+		{tag: long},
+	} {
+		mono, err := marks.lookup(c.tag)
+		if mono != c.mono || (err != nil) != c.markRefused {
+			t.Errorf("markSet.lookup(%.12q) = %v, %v; want %v, refused %v", c.tag, mono, err, c.mono, c.markRefused)
+		}
+		_, err = ranges.lookup(c.tag)
+		if (err != nil) != c.rangeRefused {
+			t.Errorf("rangeSet.lookup(%.12q) = %v; want refused %v", c.tag, err, c.rangeRefused)
+		}
+	}
+	if name, ok := foldedName(nil, "x"); ok || name != "" {
+		t.Errorf("foldedName(nil) = %q, %v", name, ok)
+	}
+}

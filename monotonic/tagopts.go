@@ -39,8 +39,17 @@ func (s *markSet) lookup(tag string) (bool, error) {
 	if s.exact[tag] {
 		return true, nil
 	}
-	if len(s.folded) == 0 || len(tag) > wire.MaxTagLen {
-		return false, nil
+	if marked, ok := foldedName(s.folded, tag); ok {
+		return false, wire.BadRequest("tag %q differs only in case from the monotonic tag %q, which may be the same row of the segment store: ask for %q", tag, marked, marked)
+	}
+	return false, nil
+}
+
+// foldedName returns the name folded holds under tag's lower-case form (ASCII, as
+// MySQL's default collations fold it), without allocating: it runs on every request.
+func foldedName(folded map[string]string, tag string) (string, bool) {
+	if len(folded) == 0 || len(tag) > wire.MaxTagLen {
+		return "", false
 	}
 	var buf [wire.MaxTagLen]byte
 	lower := buf[:len(tag)]
@@ -51,10 +60,8 @@ func (s *markSet) lookup(tag string) (bool, error) {
 		}
 		lower[i] = c
 	}
-	if marked, ok := s.folded[string(lower)]; ok {
-		return false, wire.BadRequest("tag %q differs only in case from the monotonic tag %q, which may be the same row of the segment store: ask for %q", tag, marked, marked)
-	}
-	return false, nil
+	name, ok := folded[string(lower)]
+	return name, ok
 }
 
 // newMarkSet is the set of tags, with their lower-case names when fold.

@@ -40,19 +40,27 @@ func newHeartbeat(tb testing.TB, cfg HeartbeatConfig) *Heartbeat {
 // returns its error; done is closed when Run has returned, whatever the reason.
 func runHeartbeat(tb testing.TB, h *Heartbeat) (stop func() error, done <-chan struct{}) {
 	tb.Helper()
+	return runInBackground(tb, "Heartbeat.Run", 10*time.Second, h.Run)
+}
+
+// runInBackground runs run until the test ends or stop is called. stop cancels its
+// context, fails the test unless run returns within grace, and returns its error; done
+// is closed when run has returned, whatever the reason.
+func runInBackground(tb testing.TB, name string, grace time.Duration, run func(context.Context) error) (stop func() error, done <-chan struct{}) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan struct{})
 	var result error
 	go func() {
 		defer close(ch)
-		result = h.Run(ctx)
+		result = run(ctx)
 	}()
 	stop = func() error {
 		cancel()
 		select {
 		case <-ch:
-		case <-time.After(10 * time.Second):
-			tb.Fatal("Heartbeat.Run did not return within 10s of its context ending")
+		case <-time.After(grace):
+			tb.Fatalf("%s did not return within %s of its context ending", name, grace)
 		}
 		return result
 	}

@@ -59,24 +59,7 @@ func startKeeper(tb testing.TB, cfg KeeperConfig) (*Keeper, *snowflake.Generator
 // done is closed when Run has returned.
 func runKeeper(tb testing.TB, k *Keeper) (stop func() error, done <-chan struct{}) {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan struct{})
-	var result error
-	go func() {
-		defer close(ch)
-		result = k.Run(ctx)
-	}()
-	stop = func() error {
-		cancel()
-		select {
-		case <-ch:
-		case <-time.After(20 * time.Second):
-			tb.Fatal("Keeper.Run did not return within 20s of its context ending")
-		}
-		return result
-	}
-	tb.Cleanup(func() { stop() })
-	return stop, ch
+	return runInBackground(tb, "Keeper.Run", 20*time.Second, k.Run)
 }
 
 // leaseHolderOf reads worker ID id's lease key in reg's bucket: its node ID, or "" when
