@@ -180,18 +180,17 @@ func (p *Permutation) backward(v uint64) uint64 {
 
 // sipKey is one round's SipHash key as the hash's state before its message: the four
 // words the key sets, with the part of the first round that depends on the key alone
-// (v0 and v1's first steps) already done. Doing it once per key instead of once per hash
-// takes it off the chain of dependent steps a lone ID waits for: 56 ns to 49 per ID
+// (sipRoundKeyHalf) already done. Doing it once per key instead of once per hash
+// takes it off the chain of dependent steps a lone ID waits for: 55 ns to 47 per ID
 // (BENCHMARKS.md).
 type sipKey struct{ v0, v1, v2, v3 uint64 }
 
 func newSipKey(k0, k1 uint64) sipKey {
 	v0 := k0 ^ 0x736f6d6570736575
 	v1 := k1 ^ 0x646f72616e646f6d
-	v0 += v1
-	v1 = bits.RotateLeft64(v1, 13) ^ v0
+	v0, v1 = sipRoundKeyHalf(v0, v1)
 	return sipKey{
-		v0: bits.RotateLeft64(v0, 32),
+		v0: v0,
 		v1: v1,
 		v2: k0 ^ 0x6c7967656e657261,
 		v3: k1 ^ 0x7465646279746573,
@@ -200,34 +199,31 @@ func newSipKey(k0, k1 uint64) sipKey {
 
 // sip13 is SipHash-1-3 under key k of the 4-byte message that is h in little-endian
 // order (a half is at most 32 bits wide): the message and its length fill SipHash's
-// one, final block. Its first round is sipRound's second half, v2 and v3's steps: the
-// first half is in k.
+// one, final block. Its first round starts at sipRoundRest: the key half is done in k.
 func sip13(k *sipKey, h uint64) uint64 {
 	b := uint64(4)<<56 | h&0xffffffff
-	v0, v1, v2, v3 := k.v0, k.v1, k.v2, k.v3^b
-	v2 += v3
-	v3 = bits.RotateLeft64(v3, 16)
-	v3 ^= v2
-	v0 += v3
-	v3 = bits.RotateLeft64(v3, 21)
-	v3 ^= v0
-	v2 += v1
-	v1 = bits.RotateLeft64(v1, 17)
-	v1 ^= v2
-	v2 = bits.RotateLeft64(v2, 32)
+	v0, v1, v2, v3 := sipRoundRest(k.v0, k.v1, k.v2, k.v3^b)
 	v0 ^= b
 	v2 ^= 0xff
-	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
-	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
-	v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
+	v0, v1 = sipRoundKeyHalf(v0, v1)
+	v0, v1, v2, v3 = sipRoundRest(v0, v1, v2, v3)
+	v0, v1 = sipRoundKeyHalf(v0, v1)
+	v0, v1, v2, v3 = sipRoundRest(v0, v1, v2, v3)
+	v0, v1 = sipRoundKeyHalf(v0, v1)
+	v0, v1, v2, v3 = sipRoundRest(v0, v1, v2, v3)
 	return v0 ^ v1 ^ v2 ^ v3
 }
 
-func sipRound(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
+// A SipHash round is sipRoundKeyHalf, its first four steps (on v0 and v1 alone: in the
+// first round a function of the key, which a sipKey holds done), then sipRoundRest.
+func sipRoundKeyHalf(v0, v1 uint64) (uint64, uint64) {
 	v0 += v1
 	v1 = bits.RotateLeft64(v1, 13)
 	v1 ^= v0
-	v0 = bits.RotateLeft64(v0, 32)
+	return bits.RotateLeft64(v0, 32), v1
+}
+
+func sipRoundRest(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
 	v2 += v3
 	v3 = bits.RotateLeft64(v3, 16)
 	v3 ^= v2
