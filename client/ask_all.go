@@ -19,7 +19,9 @@ import (
 // built in, so that a rogue responder (thousands of fake dispensers, huge answers, a
 // stream that never stops) costs the asker a bounded amount of memory and time:
 //
-//   - at most MaxAnswers answers are kept; the ask ends when that many came (Answers.More);
+//   - at most MaxAnswers answers are kept; the ask ends when that many came (Answers.More).
+//     Where the asker knows which answers it wants (Keep), only those count: a flood of
+//     answers it would ignore is read and counted, and cannot push out the ones it wants;
 //   - an answer longer than MaxBytes (body and headers) is dropped and counted;
 //   - the whole ask takes at most Window, and once an answer came, Quiet without another
 //     ends it (dispensers answer within milliseconds, and together);
@@ -42,6 +44,10 @@ type AskAll struct {
 	// Window bounds the whole ask (0: DefaultAskWindow); Quiet is how long without an
 	// answer ends it once one came (0: DefaultAskQuiet).
 	Window, Quiet time.Duration
+	// Keep, when set, is asked about every answer within MaxBytes, in the order they
+	// come, from Do's goroutine: one it refuses is counted in Answers.Skipped and not
+	// kept, nor counted towards MaxAnswers.
+	Keep func(*nats.Msg) bool
 }
 
 // AskAll defaults. A deployment has at most 1,024 worker IDs (Leaf's layout), so 1,024
@@ -63,12 +69,13 @@ type Answers struct {
 	// More is set when the ask stopped at MaxAnswers: others may have answered unread.
 	More bool
 	// TooLong counts the answers dropped for being longer than MaxBytes; Lost those
-	// nats.go dropped because they came faster than they were read.
-	TooLong, Lost int
+	// nats.go dropped because they came faster than they were read; Skipped those
+	// AskAll.Keep refused.
+	TooLong, Lost, Skipped int
 }
 
-// Dropped is how many answers were seen but not kept (TooLong + Lost); More says
-// whether there may have been others.
+// Dropped is how many answers were seen but not kept for a bound (TooLong + Lost); More
+// says whether there may have been others.
 func (a Answers) Dropped() int { return a.TooLong + a.Lost }
 
 func (a AskAll) withDefaults() AskAll {
@@ -155,7 +162,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 	}
 	for {
 		var m *nats.Msg
-		if len(got.Msgs) == 0 && got.TooLong == 0 {
+		if len(got.Msgs) == 0 && got.TooLong == 0 && got.Skipped == 0 {
 			m, err = sub.NextMsgWithContext(wctx)
 		} else {
 			// Bounded by the window too: a stream of answers cannot hold the ask open.
@@ -187,6 +194,10 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 		}
 		if msgSize(m) > a.MaxBytes {
 			got.TooLong++
+			continue
+		}
+		if a.Keep != nil && !a.Keep(m) {
+			got.Skipped++
 			continue
 		}
 		got.Msgs = append(got.Msgs, m)

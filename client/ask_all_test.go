@@ -56,6 +56,13 @@ func TestAskAll(t *testing.T) {
 		}
 		return []byte("fake")
 	})
+	// A rogue's 2,000 answers, then a dispenser's, on one connection: in that order.
+	responder(t, ns.Connect(t), "leaf.flooded", 2001, func(i int) []byte {
+		if i == 2000 {
+			return []byte("dispenser")
+		}
+		return []byte("fake")
+	})
 	// Answers that never stop coming.
 	stream := ns.Connect(t)
 	sub, err := stream.Subscribe("rogue.stream", func(m *nats.Msg) {
@@ -100,6 +107,14 @@ func TestAskAll(t *testing.T) {
 			t.Fatalf("Do = %d answers, more %v, too long %d, %v; want 100, more, 1 too long, nil", len(got.Msgs), got.More, got.TooLong, err)
 		}
 		t.Logf("of 5,000 answers: 100 kept, 1 too long, %d dropped by the subscription's pending limit", got.Lost)
+	})
+	t.Run("OK/answers Keep refuses do not count towards MaxAnswers", func(t *testing.T) {
+		keep := func(m *nats.Msg) bool { return string(m.Data) == "dispenser" }
+		got, err, _ := askAll(t, nc, client.AskAll{Prefix: "leaf", MaxAnswers: 100, Keep: keep}, "leaf.flooded")
+		if err != nil || len(got.Msgs) != 1 || string(got.Msgs[0].Data) != "dispenser" || got.More || got.Skipped+got.Lost != 2000 {
+			t.Fatalf("Do = %d answers, more %v, skipped %d, lost %d, %v; want the dispenser's alone, 2,000 skipped or lost, nil",
+				len(got.Msgs), got.More, got.Skipped, got.Lost, err)
+		}
 	})
 	t.Run("Bounded/window", func(t *testing.T) {
 		got, err, took := askAll(t, nc, client.AskAll{Prefix: "leaf", Window: 300 * time.Millisecond, Quiet: 200 * time.Millisecond}, "rogue.stream")

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -373,15 +372,17 @@ func (g *Guard) readForever(ctx context.Context, f *Forever, id int64) ([]record
 }
 
 // checkPeers compares this node's clock with its peers' at a first start: it asks
-// <prefix>.time (every dispenser answers with its clock and node ID) and, at the same
-// time, $SRV.INFO.<prefix> (every dispenser of this service names its node ID), both
-// through client.AskAll's bounds. Only a clock whose node ID $SRV.INFO names counts,
-// once per node ID and never this node's own: a responder on <prefix>.time that is not
-// a dispenser of this service is no peer. The verdict is the median's, with a quorum:
-// the start is refused only when a strict majority of the peers read more than
-// PeerSkewMax away on the same side, so one rogue or broken peer cannot keep fresh
-// nodes from starting. Where this node may not ask $SRV (the server refuses it), every
-// node ID that answers the time counts once.
+// $SRV.INFO.<prefix> (every dispenser of this service names its node ID), then
+// <prefix>.time (every dispenser answers with its clock and node ID), both through
+// client.AskAll's bounds. Only a clock whose node ID $SRV.INFO named counts, once per
+// node ID and never this node's own: a responder on <prefix>.time that is not a
+// dispenser of this service is no peer, and its answers are read and skipped as they
+// come, so that a flood of them cannot fill the bound on answers kept and push out the
+// peers' (asking both at once would learn the members too late for that). The verdict
+// is the median's, with a quorum: the start is refused only when a strict majority of
+// the peers read more than PeerSkewMax away on the same side, so one rogue or broken
+// peer cannot keep fresh nodes from starting. Where this node may not ask $SRV (the
+// server refuses it), every node ID that answers the time counts once.
 func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 	nc := g.cfg.Conn
 	if nc == nil {
@@ -394,41 +395,33 @@ func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("clock guard: peer time check: %w", err)
 	}
 	ask := client.AskAll{Prefix: g.cfg.Prefix, Window: g.cfg.PeerWindow, Quiet: g.cfg.PeerWindow}
-	timeReq := nats.NewMsg(subjects.Time())
-	timeReq.Header.Set(wire.NodeIDHeader, g.cfg.NodeID)
-	var (
-		wg               sync.WaitGroup
-		infos, clocks    client.Answers
-		infoErr, timeErr error
-	)
-	sent := g.cfg.Clock.Now()
-	wg.Go(func() { infos, infoErr = ask.Do(ctx, nc, nats.NewMsg(infoSubject)) })
-	wg.Go(func() { clocks, timeErr = ask.Do(ctx, nc, timeReq) })
-	wg.Wait()
-	if ctx.Err() != nil {
-		return fmt.Errorf("clock guard: peer time check: %w", ctx.Err())
-	}
-	if timeErr != nil {
-		return fmt.Errorf("clock guard: peer time check: %w", timeErr)
-	}
-	var members map[string]bool // nil: $SRV could not be asked, every node counts
+	filter := clockFilter{self: g.cfg.NodeID, seen: map[string]bool{}}
+	infos, err := ask.Do(ctx, nc, nats.NewMsg(infoSubject))
 	switch {
-	case infoErr == nil:
-		members = make(map[string]bool, len(infos.Msgs))
+	case err == nil:
+		filter.members = make(map[string]bool, len(infos.Msgs))
 		for _, m := range infos.Msgs {
 			if p, err := parsePeer(m.Data); err == nil && wire.CheckNodeID(p.nodeID) == nil {
-				members[p.nodeID] = true
+				filter.members[p.nodeID] = true
 			}
 		}
-	case errors.Is(infoErr, nats.ErrPermissionViolation):
+	case ctx.Err() == nil && errors.Is(err, nats.ErrPermissionViolation):
 		log.Info("peer time check: this node may not ask $SRV for its peers, so every node that answers the time counts", "subject", infoSubject)
 	default:
-		return fmt.Errorf("clock guard: peer time check: %w", infoErr)
+		return fmt.Errorf("clock guard: peer time check: %w", err)
 	}
-	offsets, ignored := peerOffsets(clocks, sent, g.cfg.NodeID, members)
-	if ignored.any() {
-		log.Info("peer time check: answers ignored", "not_unix_ms", ignored.notMs, "not_a_dispenser", ignored.stranger,
-			"repeated_node", ignored.repeated, "dropped", clocks.Dropped(), "more", clocks.More)
+	timeReq := nats.NewMsg(subjects.Time())
+	timeReq.Header.Set(wire.NodeIDHeader, g.cfg.NodeID)
+	ask.Keep = filter.keep
+	sent := g.cfg.Clock.Now()
+	clocks, err := ask.Do(ctx, nc, timeReq)
+	if err != nil {
+		return fmt.Errorf("clock guard: peer time check: %w", err)
+	}
+	offsets := filter.offsets(clocks, sent)
+	if ign := filter.ignored; ign.any() || clocks.Dropped() > 0 || clocks.More {
+		log.Info("peer time check: answers ignored", "not_unix_ms", ign.notMs, "not_a_dispenser", ign.stranger,
+			"repeated_node", ign.repeated, "dropped", clocks.Dropped(), "more", clocks.More)
 	}
 	n := len(offsets)
 	if n == 0 {
@@ -457,37 +450,48 @@ type ignoredClocks struct {
 
 func (i ignoredClocks) any() bool { return i.notMs+i.stranger+i.repeated > 0 }
 
-// peerOffsets is each peer's clock minus this node's, from the time answers: this node's
-// clock taken half-way between asking (sent) and reading the answer, where the peer read
-// its clock. Answers from self, from a node ID members does not hold (when members is
-// not nil), a node ID already counted, or not in Unix ms are left out and counted.
-func peerOffsets(clocks client.Answers, sent time.Time, self string, members map[string]bool) ([]time.Duration, ignoredClocks) {
-	var ign ignoredClocks
-	seen := map[string]bool{}
-	var out []time.Duration
-	for i, m := range clocks.Msgs {
-		node := m.Header.Get(wire.NodeIDHeader)
-		if node == self {
-			continue // our own responder
-		}
-		if wire.CheckNodeID(node) != nil || (members != nil && !members[node]) {
-			ign.stranger++
-			continue
-		}
-		if seen[node] {
-			ign.repeated++
-			continue
-		}
-		peerMs, err := strconv.ParseInt(strings.TrimSpace(string(m.Data)), 10, 64)
-		if err != nil {
-			ign.notMs++
-			continue
-		}
-		seen[node] = true
-		mid := sent.Add(clocks.After[i] / 2).UnixMilli()
+// clockFilter is AskAll.Keep for the time answers: it keeps the first answer in Unix
+// ms of each node ID members holds (every node ID when members is nil), and leaves out
+// this node's own, silently, and the rest, counted.
+type clockFilter struct {
+	self    string
+	members map[string]bool
+	seen    map[string]bool
+	clocks  []int64 // the kept answers' clocks, in the order kept
+	ignored ignoredClocks
+}
+
+func (f *clockFilter) keep(m *nats.Msg) bool {
+	node := m.Header.Get(wire.NodeIDHeader)
+	switch {
+	case node == f.self:
+		return false // our own responder
+	case wire.CheckNodeID(node) != nil || (f.members != nil && !f.members[node]):
+		f.ignored.stranger++
+		return false
+	case f.seen[node]:
+		f.ignored.repeated++
+		return false
+	}
+	peerMs, err := strconv.ParseInt(strings.TrimSpace(string(m.Data)), 10, 64)
+	if err != nil {
+		f.ignored.notMs++
+		return false
+	}
+	f.seen[node] = true
+	f.clocks = append(f.clocks, peerMs)
+	return true
+}
+
+// offsets is each kept peer's clock minus this node's: this node's clock taken half-way
+// between asking (sent) and reading the answer, where the peer read its clock.
+func (f *clockFilter) offsets(kept client.Answers, sent time.Time) []time.Duration {
+	out := make([]time.Duration, 0, len(f.clocks))
+	for i, peerMs := range f.clocks { // kept.Msgs, in the same order
+		mid := sent.Add(kept.After[i] / 2).UnixMilli()
 		out = append(out, msDuration(peerMs-mid))
 	}
-	return out, ign
+	return out
 }
 
 // verdict is the peer check's reading of the peers' offsets.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
@@ -223,21 +224,33 @@ func TestGuardPeerCheck(t *testing.T) {
 		t.Errorf("no warning about the minority an hour off in:\n%s", logs.String())
 	}
 
-	// 10,000 answers an hour off from node IDs $SRV.INFO does not name cost nothing.
+	// Twice as many answers an hour off as an ask keeps, from node IDs $SRV.INFO does
+	// not name, cost nothing, and do not hide the answer of a dispenser that comes after
+	// them (on their connection, so always after them): it is one of five peers.
 	flood := env.srv.Connect(t)
+	svc, err := micro.AddService(flood, micro.Config{Name: "leaf", Version: "1.0.0", Metadata: map[string]string{"node_id": "late"}})
+	must(t, "AddService", err)
+	t.Cleanup(func() { svc.Stop() })
 	sub, err := flood.Subscribe("leaf.time", func(m *nats.Msg) {
 		body := []byte(strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10))
-		for i := range 10_000 {
+		for i := range 2 * client.DefaultAskMaxAnswers {
 			reply := nats.NewMsg(m.Reply)
 			reply.Header.Set(wire.NodeIDHeader, fmt.Sprintf("fake-%d", i))
 			reply.Data = body
 			_ = flood.PublishMsg(reply)
 		}
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set(wire.NodeIDHeader, "late")
+		reply.Data = []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))
+		_ = flood.PublishMsg(reply)
 	})
 	must(t, "Subscribe", err)
 	t.Cleanup(func() { sub.Unsubscribe() })
 	must(t, "Flush", flood.Flush())
-	must(t, "Start beside 10,000 fake leaf.time answers an hour off", start("fresh3", real, nil))
+	must(t, "Start beside a flood of fake leaf.time answers an hour off", start("fresh3", real, nil))
+	if want := `msg="peer time check passed" node_id=fresh3 worker_id=1 peers=5 `; !strings.Contains(logs.String(), want) {
+		t.Errorf("no %q (p1, p2, late in line; self, p3 an hour off) in:\n%s", want, logs.String())
+	}
 
 	// A node with a record of its own is checked against that record, not the peers.
 	forever := openForever(t, env.js)
