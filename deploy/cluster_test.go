@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/testenv"
 )
 
 // clusterConf is the cluster node's configuration: every node of the secured cluster
@@ -39,15 +41,15 @@ func (n clusterNode) env(routes string) map[string]string {
 	}
 }
 
-// freeAddr is a loopback address with a port nothing listens on right now.
+// freeAddr is a loopback address with a port nothing listens on right now, and that
+// outgoing connections do not take meanwhile (testenv.FreePort).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // clusterNodes are n nodes on loopback, and the NATS_ROUTES value that lists them all

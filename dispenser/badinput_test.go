@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,14 +186,13 @@ func TestConfigModes(t *testing.T) {
 	}
 }
 
-// closedPort is a loopback address nothing listens on.
+// closedPort is a loopback address nothing listens on, nor takes meanwhile
+// (testenv.FreePort).
 func closedPort(tb testing.TB) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testenv.FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }

@@ -203,7 +203,7 @@ func (m *MariaDBServer) args() []string {
 func (m *MariaDBServer) launch(newPort bool) error {
 	for attempt := 1; ; attempt++ {
 		if newPort {
-			port, err := freePort()
+			port, err := FreePort()
 			if err != nil {
 				return err
 			}

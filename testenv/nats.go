@@ -233,22 +233,21 @@ func connect(tb testing.TB, urls string, opts ...nats.Option) *nats.Conn {
 	return nc
 }
 
-// freePorts reserves n distinct loopback ports. The ports are released before use, so
-// another process may take one in between; start retries cover that rare case.
+// freePorts picks n distinct ports with FreePort. Another process may yet take one
+// before its server binds it; start retries cover that rare case.
 func freePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	var ls []net.Listener
+	seen := map[int]bool{}
 	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		p, err := FreePort()
 		if err != nil {
-			tb.Fatalf("testenv: reserve a loopback port: %v", err)
+			tb.Fatalf("testenv: %v", err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
 	}
 	return ports
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,17 +197,6 @@ func (p *proc) rssKB() int {
 		}
 	}
 	return 0
-}
-
-// freePort picks a loopback port that is free right now. Another process may take it
-// before the server binds it; the starts detect that and retry on another port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("reserve a loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ownerFile marks a testenv directory with the pid of the test binary that made it, so

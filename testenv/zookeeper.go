@@ -163,7 +163,7 @@ func newZooKeeper(paths zooKeeperPaths, shared bool) (*ZooKeeperServer, error) {
 	}
 	z := &ZooKeeperServer{shared: shared, java: java, dir: dir}
 	for attempt := 1; ; attempt++ {
-		if z.port, err = freePort(); err != nil {
+		if z.port, err = FreePort(); err != nil {
 			break
 		}
 		z.config = zkConfig(z.dataDir(), z.port, nil)

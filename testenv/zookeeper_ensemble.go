@@ -77,7 +77,7 @@ func startZooKeeperEnsemble(tb testing.TB, paths zooKeeperPaths, size int) *ZooK
 func (e *ZooKeeperEnsemble) launch() error {
 	ports := make([]int, 3*len(e.Nodes)) // client, quorum, election per node
 	for i := range ports {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			return err
 		}

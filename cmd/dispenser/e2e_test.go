@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/testenv"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -102,14 +102,14 @@ var buildDispenser = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// freePort is testenv.FreePort for a test: a port the dispenser binds later.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // process is the dispenser running as its own process.
