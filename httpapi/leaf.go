@@ -171,22 +171,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request) ([]byte, error) 
 	if !ok {
 		return []byte(leafDecodeError), nil
 	}
-	ms, worker, seq := leafDecode(s.cfg.Core.Layout(), id)
-	return leafDecodeJSON(ms, worker, seq, s.cfg.Location), nil
+	d := s.cfg.Core.Layout().Split(id)
+	return leafDecodeJSON(d.Timestamp, d.WorkerID, d.Sequence, s.cfg.Location), nil
 }
 
 // leafDecodeError is Leaf's answer to a snowflakeId that is not a long, verbatim.
 const leafDecodeError = `{"errorMsg":"snowflake Id反解析发生异常!"}`
-
-// leafDecode takes id apart as Leaf does, with l's bits and epoch: arithmetic shifts of
-// a signed long, so a negative id has a timestamp before the epoch and its low bits as
-// worker and sequence.
-func leafDecode(l snowflake.Layout, id int64) (ms, worker, seq int64) {
-	ms = id>>(l.WorkerBits+l.SequenceBits) + l.Epoch
-	worker = id >> l.SequenceBits & (1<<l.WorkerBits - 1)
-	seq = id & (1<<l.SequenceBits - 1)
-	return ms, worker, seq
-}
 
 // leafDecodeJSON is Leaf's answer: every value a JSON string, the time local to loc.
 // Leaf builds it in a java.util.HashMap, which Jackson writes in the map's bucket order:

@@ -127,12 +127,19 @@ func (l Layout) Decode(id int64) (Decoded, error) {
 	if id > l.MaxID() {
 		return Decoded{}, fmt.Errorf("%w: %d is above %d, the largest ID of the %s layout", ErrInvalidID, id, l.MaxID(), l.Name())
 	}
+	return l.Split(id), nil
+}
+
+// Split takes any signed 64-bit id apart with the layout's bits and epoch, unchecked, as
+// Leaf's decode does: arithmetic shifts, so a negative id has a timestamp before the
+// epoch and its low bits as worker and sequence. Decode is Split of a valid ID.
+func (l Layout) Split(id int64) Decoded {
 	return Decoded{
 		ID:        id,
 		Timestamp: id>>(l.WorkerBits+l.SequenceBits) + l.Epoch,
 		WorkerID:  id >> l.SequenceBits & l.MaxWorkerID(),
 		Sequence:  id & l.MaxSequence(),
-	}, nil
+	}
 }
 
 // Time returns d's timestamp as a UTC time.
