@@ -90,15 +90,16 @@ func (s *Shaper) Range(tag string) (wire.TagRange, *opaque.Permutation, error) {
 	if err != nil {
 		return r, nil, fmt.Errorf("tag %q: %w", tag, err)
 	}
-	actual, _ := s.perms.LoadOrStore(permKey{tag: tag, bits: r.Width()}, p)
+	actual, _ := s.perms.LoadOrStore(k, p)
 	return r, actual.(*opaque.Permutation), nil
 }
 
 // Shape gives ids, the segment numbers of one reply of tag (strictly increasing, as a
 // segment source fills them), the tag's range, in place: unchanged for a tag of the
 // default range; an error wrapping wire.ErrRangeUsedUp when a number lies beyond a
-// narrower range; the images of the numbers, sorted (spreadSort), for an opaque tag. On an error
-// ids hold nothing to hand out (their numbers are a gap, never handed out later).
+// narrower range; the images of the numbers, sorted (spreadSort), for an opaque tag. On
+// an error ids hold nothing to hand out (their numbers are a gap, never handed out
+// later).
 func (s *Shaper) Shape(tag string, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
