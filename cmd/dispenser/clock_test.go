@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/dispenser"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/snowflake"
@@ -177,15 +176,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 	run := func(life int) {
 		// A static worker ID, so the restart reuses it and must start past its record.
 		b := startBinary(t, dataDir, "--worker-registry", "static", "--worker-id", "5")
-		nc, err := nats.Connect(b.url, nats.MaxReconnects(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		c, err := client.NewClient(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, c := b.connect(t, nats.MaxReconnects(0))
 		var wg sync.WaitGroup
 		for w := 0; w < 4; w++ {
 			wg.Add(1)

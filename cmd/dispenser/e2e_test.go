@@ -120,6 +120,22 @@ type process struct {
 	done   chan error
 }
 
+// connect connects to the process's NATS server with opts and returns the connection,
+// closed at the end of the test, and a leafbus client on it.
+func (p *process) connect(t testing.TB, opts ...nats.Option) (*nats.Conn, *client.Client) {
+	t.Helper()
+	nc, err := nats.Connect(p.url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := client.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, c
+}
+
 // startBinary runs the compiled dispenser with args (plus --data-dir, and --listen
 // unless args join NATS servers with --nats) and waits for its ready line.
 func startBinary(t testing.TB, dataDir string, args ...string) *process {

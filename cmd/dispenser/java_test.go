@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -83,15 +80,7 @@ func TestJavaLeafClient(t *testing.T) {
 	// The same tags over NATS: the Go client names them as they are, the raw subject
 	// carries them encoded. Each tag has served three IDs over HTTP (leafRows' max_id
 	// and the two after); leaf-segment-test five.
-	nc, err := nats.Connect(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := client.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, c := b.connect(t)
 	for _, r := range leafRows {
 		served := int64(3)
 		if r.tag == "leaf-segment-test" {

@@ -18,9 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/go-zookeeper/zk"
-	"github.com/nats-io/nats.go"
 
-	"github.com/leafbus/leafbus/client"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/testenv"
 )
@@ -169,15 +167,7 @@ func TestBinaryLeafProperties(t *testing.T) {
 		}
 	}
 
-	nc, err := nats.Connect(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := client.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, c := b.connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, r := range leafRows {

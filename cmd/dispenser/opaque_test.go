@@ -232,16 +232,7 @@ func TestOpaqueFleet(t *testing.T) {
 	// Under the deployment's key every ID is the image of a number the tag's segments
 	// handed out: below its max_id now, each once. An ID made under the other key would
 	// reveal to a number anywhere in 53 bits.
-	tags, err := f.admin.Tags(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var maxID int64
-	for _, tag := range tags {
-		if tag.Tag == "inv" {
-			maxID = tag.MaxID
-		}
-	}
+	maxID := tagMaxID(ctx, t, f.admin, "inv")
 	p, err := opaque.New(deploymentKey, "inv", 53)
 	if err != nil {
 		t.Fatal(err)
@@ -471,16 +462,7 @@ func TestOpaquePoolsBufferHTTP(t *testing.T) {
 	}
 	take("HTTP", parseLines(t, body))
 
-	tags, err := admin.Tags(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var maxID int64
-	for _, tag := range tags {
-		if tag.Tag == "inv" {
-			maxID = tag.MaxID
-		}
-	}
+	maxID := tagMaxID(ctx, t, admin, "inv")
 	numbers := map[int64]bool{}
 	for id, how := range seen {
 		n, err := p.Reveal(id)
@@ -531,4 +513,19 @@ func httpGet(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// tagMaxID is tag's max_id as the admin API lists it (0 when it is not listed).
+func tagMaxID(ctx context.Context, t *testing.T, admin *client.Client, tag string) int64 {
+	t.Helper()
+	tags, err := admin.Tags(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range tags {
+		if info.Tag == tag {
+			return info.MaxID
+		}
+	}
+	return 0
 }
