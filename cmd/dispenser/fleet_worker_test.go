@@ -168,10 +168,23 @@ func (f *fleetIDs) load(ctx context.Context, who, base string) {
 	}
 }
 
+// servesOn waits up to within until who has served more IDs than it had when called:
+// that it serves now, shown by its answers, however slow the machine.
+func (f *fleetIDs) servesOn(t *testing.T, who string, within time.Duration) {
+	t.Helper()
+	count := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.served[who]
+	}
+	before := count()
+	testutil.Eventually(t, within, who+" serving snowflake IDs", func() bool { return count() > before })
+}
+
 // loadFleet loads each dispenser of bases (who -> HTTP base URL) from two goroutines
-// until stop is called, which returns what they served.
-func loadFleet(bases map[string]string) (stop func() *fleetIDs) {
-	ids := &fleetIDs{by: map[int64]string{}, served: map[string]int{}}
+// until stop is called, which returns what they served; ids is what they served so far.
+func loadFleet(bases map[string]string) (ids *fleetIDs, stop func() *fleetIDs) {
+	ids = &fleetIDs{by: map[int64]string{}, served: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for who, base := range bases {
@@ -179,7 +192,7 @@ func loadFleet(bases map[string]string) (stop func() *fleetIDs) {
 			wg.Go(func() { ids.load(ctx, who, base) })
 		}
 	}
-	return func() *fleetIDs {
+	return ids, func() *fleetIDs {
 		cancel()
 		wg.Wait()
 		return ids
@@ -253,18 +266,18 @@ func TestTwoZKNamesOneDeployment(t *testing.T) {
 	}
 	p1, p2 := freePort(t), freePort(t)
 	first := startBinary(t, t.TempDir(), node("disp-1", "leaf-prod", "127.0.0.1:7201", p1)...)
-	stop := loadFleet(map[string]string{
+	ids, stop := loadFleet(map[string]string{
 		"disp-1": fmt.Sprintf("http://127.0.0.1:%d", p1),
 		"disp-2": fmt.Sprintf("http://127.0.0.1:%d", p2),
 	})
-	time.Sleep(300 * time.Millisecond) // disp-1 serves under load when disp-2 comes
+	ids.servesOn(t, "disp-1", 20*time.Second) // under load when disp-2 comes
 	// The deployment record refuses it, naming the flag; were the record gone (a
 	// dispenser of an older version wrote nothing), the worker record's fence would
 	// (TestStaticWorkerIDTwice shows the fence where the record lets both start).
 	second := spawnBinary(t, node("disp-2", "leaf", "127.0.0.1:7202", p2)...)
 	waitRefusal(t, second, 20*time.Second, "disp-2",
 		`the deployment's is "zk /snowflake/leaf-prod", this dispenser's is "zk /snowflake/leaf"`, "--zk-name leaf-prod")
-	time.Sleep(500 * time.Millisecond) // disp-1 goes on serving
+	ids.servesOn(t, "disp-1", 20*time.Second) // and goes on serving
 	checkFleet(t, stop(), "disp-1")
 	_ = first
 }
@@ -283,14 +296,14 @@ func TestStaticWorkerIDTwice(t *testing.T) {
 	}
 	p1, p2 := freePort(t), freePort(t)
 	startBinary(t, t.TempDir(), node("disp-1", p1)...)
-	stop := loadFleet(map[string]string{
+	ids, stop := loadFleet(map[string]string{
 		"disp-1": fmt.Sprintf("http://127.0.0.1:%d", p1),
 		"disp-2": fmt.Sprintf("http://127.0.0.1:%d", p2),
 	})
-	time.Sleep(300 * time.Millisecond)
+	ids.servesOn(t, "disp-1", 20*time.Second)
 	second := spawnBinary(t, node("disp-2", p2)...)
 	waitRefusal(t, second, 20*time.Second, "disp-2", "worker ID 7 is held by node disp-1", "never the same --worker-id twice")
-	time.Sleep(500 * time.Millisecond)
+	ids.servesOn(t, "disp-1", 20*time.Second)
 	checkFleet(t, stop(), "disp-1")
 }
 
@@ -310,7 +323,7 @@ func TestRaceToStartOnOneID(t *testing.T) {
 		for who, port := range ports {
 			bases[who] = fmt.Sprintf("http://127.0.0.1:%d", port)
 		}
-		stop := loadFleet(bases)
+		ids, stop := loadFleet(bases)
 		for who, port := range ports {
 			procs[who] = spawnBinary(t, "--nats", srv.URL(), "--node-id", who, "--data-dir", t.TempDir(),
 				"--worker-registry", "static", "--worker-id", worker, "--http", fmt.Sprintf("127.0.0.1:%d", port))
@@ -330,7 +343,7 @@ func TestRaceToStartOnOneID(t *testing.T) {
 			t.FailNow()
 		}
 		waitRefusal(t, procs[loser], time.Second, loser, "worker ID "+worker+" is held by node "+winner)
-		time.Sleep(time.Second) // the winner serves; the loser, gone, cannot
+		ids.servesOn(t, winner, 20*time.Second) // the loser, gone, cannot
 		select {
 		case err := <-procs[winner].done:
 			t.Fatalf("round %d: the winner %s exited too (%v)\nstderr:\n%s", round, winner, err, lastLines(procs[winner].stderr.String(), 20))
