@@ -65,6 +65,34 @@ func TestParseProperties(t *testing.T) {
 	if _, err := parseProperties([]byte("k=\\u12")); err == nil {
 		t.Error("a malformed \\u escape was accepted")
 	}
+	// The error names the key, never the value: it may be a password.
+	if _, err := parseProperties([]byte("leaf.jdbc.password=s3cr3t\\uZZZZ")); err == nil ||
+		strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "leaf.jdbc.password") {
+		t.Errorf("a malformed escape in a password = %v: want the key named and the value not", err)
+	}
+}
+
+// TestJDBCSecretsNotShown: errors and notes about leaf.jdbc.url never carry a password
+// from it (they reach the log and the terminal).
+func TestJDBCSecretsNotShown(t *testing.T) {
+	for _, url := range []string{
+		"mysql://db/leaf?user=u&password=s3cr3t",
+		"jdbc:postgresql://db/leaf?password=s3cr3t",
+		"jdbc:mysql://u:s3cr3t@db/leaf",
+		"jdbc:mysql://db1,db2/leaf?password=s3cr3t",
+		"jdbc:mysql://db/le%zzaf?password=s3cr3t",
+		"jdbc:mysql://db/leaf?password=s3cr3t&x=%zz",
+	} {
+		_, _, err := jdbcDSN(url, "", "")
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("jdbcDSN(%q) = %v: want an error without the password", url, err)
+		}
+	}
+	_, notes, err := jdbcDSN("jdbc:mysql://db/leaf?trustCertificateKeyStorePassword=s3cr3t&useUnicode=true", "u", "")
+	all := strings.Join(notes, "; ")
+	if err != nil || strings.Contains(all, "s3cr3t") || !strings.Contains(all, "trustCertificateKeyStorePassword=****") {
+		t.Errorf("notes %q, %v: want the parameter named and its value masked", all, err)
+	}
 }
 
 func TestJDBCDSN(t *testing.T) {

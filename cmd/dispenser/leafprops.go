@@ -132,16 +132,16 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 	}
 	rest, ok := strings.CutPrefix(jdbc, "jdbc:")
 	if !ok {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q does not start with jdbc:", jdbc)
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q does not start with jdbc:", jdbcShown(jdbc))
 	}
 	scheme, rest, ok := strings.Cut(rest, "://")
 	if !ok || scheme != "mysql" && scheme != "mariadb" {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q: want jdbc:mysql://host:port/database (load-balanced, replication and address=() forms: give --mysql-dsn)", jdbc)
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q: want jdbc:mysql://host:port/database (load-balanced, replication and address=() forms: give --mysql-dsn)", jdbcShown(jdbc))
 	}
 	hosts, rest, _ := strings.Cut(rest, "/")
 	dbPart, query, _ := strings.Cut(rest, "?")
 	if strings.Contains(hosts, ",") || strings.HasPrefix(hosts, "address=") || strings.Contains(hosts, "@") {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q names its hosts in a form the dispenser does not read (several hosts, address=(...), user@host): give --mysql-dsn", jdbc)
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q names its hosts in a form the dispenser does not read (several hosts, address=(...), user@host): give --mysql-dsn", jdbcShown(jdbc))
 	}
 	addr := hosts
 	if addr == "" {
@@ -152,11 +152,11 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 	}
 	db, err := url.PathUnescape(dbPart)
 	if err != nil {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q: database: %w", jdbc, err)
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q: database: %w", jdbcShown(jdbc), err)
 	}
 	params, err := url.ParseQuery(query)
 	if err != nil {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q: parameters: %w", jdbc, err)
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q: parameters: %w", jdbcShown(jdbc), err)
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName, cfg.User, cfg.Passwd = "tcp", addr, db, user, password
@@ -199,7 +199,7 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 			}
 		case "verifyservercertificate":
 		default:
-			ignored = append(ignored, name+"="+params.Get(name))
+			ignored = append(ignored, name+"="+shownParam(name, params.Get(name)))
 		}
 	}
 	if tls == "true" && strings.EqualFold(params.Get("verifyServerCertificate"), "false") {
@@ -210,6 +210,36 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 		notes = append(notes, fmt.Sprintf("leaf.jdbc.url: Connector/J parameters with no go-sql-driver counterpart are left out: %s", strings.Join(ignored, "&")))
 	}
 	return cfg.FormatDSN(), notes, nil
+}
+
+// jdbcShown is a JDBC URL as errors may quote it: without its parameters, which can
+// hold user and password (and whose errors are not the URL's), and with any user@ (a
+// form it refuses anyway) cut to "...@".
+func jdbcShown(jdbc string) string {
+	shown, query, hasQuery := strings.Cut(jdbc, "?")
+	if at := strings.LastIndex(shown, "@"); at >= 0 {
+		if start := strings.Index(shown, "//"); start >= 0 && start < at {
+			shown = shown[:start+2] + "...@" + shown[at+1:]
+		} else {
+			shown = "...@" + shown[at+1:]
+		}
+	}
+	if hasQuery && query != "" {
+		shown += "?..."
+	}
+	return shown
+}
+
+// shownParam is a JDBC parameter's value as a note may show it: masked when its name
+// says it is a secret (Connector/J's trustCertificateKeyStorePassword and the like).
+func shownParam(name, value string) string {
+	lower := strings.ToLower(name)
+	for _, secret := range []string{"password", "secret", "token", "credential"} {
+		if strings.Contains(lower, secret) {
+			return "****"
+		}
+	}
+	return value
 }
 
 // firstIPv4 is this host's address as Leaf's Utils.getIp finds it: the first IPv4
@@ -263,7 +293,7 @@ func parseProperties(data []byte) (map[string]string, error) {
 		}
 		v, err := unescapeProperty(value)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", i+1, err)
+			return nil, fmt.Errorf("line %d: the value of %s: %w", i+1, k, err)
 		}
 		props[k] = v
 	}
@@ -323,12 +353,13 @@ func unescapeProperty(s string) (string, error) {
 		case 'f':
 			b.WriteByte('\f')
 		case 'u':
+			// The text is not quoted: it may be a password.
 			if i+5 > len(s) {
-				return "", fmt.Errorf("malformed \\uxxxx escape in %q", s)
+				return "", fmt.Errorf("malformed \\uxxxx escape at byte %d", i-1)
 			}
 			n, err := strconv.ParseUint(s[i+1:i+5], 16, 16)
 			if err != nil {
-				return "", fmt.Errorf("malformed \\uxxxx escape in %q", s)
+				return "", fmt.Errorf("malformed \\uxxxx escape at byte %d", i-1)
 			}
 			b.WriteRune(rune(n))
 			i += 4
