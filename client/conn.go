@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -216,18 +215,23 @@ func (c ConnConfig) Connect(logger *slog.Logger) (*nats.Conn, error) {
 
 // RedactURLs is urls (comma separated) without their user information, for errors,
 // logs and reports: a URL such as nats://app:secret@host:4222 or nats://token@host
-// carries a credential.
+// carries a credential. Everything before the last "@" (after the scheme's "://") is
+// cut, without parsing: a URL that does not parse (a password with "%zz" or "#" in it)
+// or has no scheme ("app:secret@host:4222", which nats.go takes) still loses it.
 func RedactURLs(urls string) string {
 	var out []string
 	for _, s := range strings.Split(urls, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		if u, err := url.Parse(s); err == nil && u.User != nil {
-			u.User = nil
-			s = u.String()
+		scheme, rest := "", s
+		if i := strings.Index(s, "://"); i >= 0 {
+			scheme, rest = s[:i+3], s[i+3:]
 		}
-		out = append(out, s)
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			rest = rest[at+1:]
+		}
+		out = append(out, scheme+rest)
 	}
 	return strings.Join(out, ",")
 }

@@ -626,6 +626,17 @@ func TestConnectErrorKeepsCredentialsOut(t *testing.T) {
 	if got, want := RedactURLs(" nats://a:b@h1:4222 ,nats://h2:4222,"), "nats://h1:4222,nats://h2:4222"; got != want {
 		t.Errorf("RedactURLs = %q, want %q", got, want)
 	}
+	for in, want := range map[string]string{
+		"a:s3cret@h1:4222":            "h1:4222",
+		"nats://a:s3cret%zz@h1:4222":  "nats://h1:4222",
+		"nats://a:s3c#ret@h1:4222":    "nats://h1:4222",
+		"tls://t0ken@h1:4222,h2:4222": "tls://h1:4222,h2:4222",
+		"nats://a:p@ss@h1:4222":       "nats://h1:4222",
+	} {
+		if got := RedactURLs(in); got != want {
+			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 // TestEveryMinute: the slow consumer line, which anyone who floods an inbox can cause,
