@@ -29,7 +29,7 @@ import (
 // runs its shell lines as they stand, only moved onto this test's private servers,
 // ports and directories.
 const (
-	readmePath     = "../../README.md"
+	readmePath     = "../../docs/operations.md"
 	runbookHeading = "### Runbook: a secured cluster by hand"
 	repoRoot       = "../.."
 )
