@@ -21,7 +21,15 @@ func TestRecoveryAfterNATSRestart(t *testing.T) {
 	}
 	runTest(t, d)
 	srv.Stop()
-	time.Sleep(time.Second)
+	// The server comes back once the dispenser has seen it gone (not after a fixed time,
+	// which a busy machine could make too short for the fault to be noticed at all).
+	seen := time.Now().Add(20 * time.Second)
+	for !d.recovery.Stats().InFault {
+		if time.Now().After(seen) {
+			t.Fatalf("the dispenser did not notice NATS going away within 20s: %+v", d.recovery.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	srv.Start()
 	back := time.Now()
 	deadline := time.Now().Add(20 * time.Second)

@@ -174,6 +174,31 @@ func (r *recorder) errorsOf(code int) int {
 
 // answeredAfter is when the first request sent at or after at was answered with IDs:
 // at plus the time the tag was unavailable after a fault at at.
+// waitAnswers waits until n requests sent at or after at were answered with IDs, and
+// fails t when that takes longer than within: a test goes on once the dispensers have
+// served, not after a fixed time that a busy machine could make too short.
+func (r *recorder) waitAnswers(t testing.TB, at time.Duration, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r.mu.Lock()
+		got := 0
+		for _, rep := range r.replies {
+			if rep.sent >= at {
+				got++
+			}
+		}
+		r.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d answers to requests sent after %v came within %v: %s", got, n, at, within, r.summary())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (r *recorder) answeredAfter(at time.Duration) (time.Duration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -14,19 +14,20 @@ import (
 )
 
 // faultRun runs load on the tag "ordered" of three dispensers behind proxies, applies
-// fault to the leader after a second, and keeps the load going for after. It checks
-// the promise over everything the clients got and returns the recorder and when (on
-// its clock) the fault happened.
+// fault to the leader once 100 requests were answered, and keeps the load going until
+// 100 requests sent after the fault were answered (at most after). It checks the
+// promise over everything the clients got and returns the recorder and when (on its
+// clock) the fault happened.
 func faultRun(t *testing.T, e *env, fault func(nodes []*node, leader *node), after time.Duration) (*recorder, time.Duration, []*node, *node) {
 	t.Helper()
 	nodes, leader, clients := start3(e, true, 50)
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := rec.load(ctx, clients, wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "ordered"), 12, 5)
-	time.Sleep(time.Second)
+	rec.waitAnswers(t, 0, 100, 20*time.Second)
 	at := rec.since()
 	fault(nodes, leader)
-	time.Sleep(after)
+	rec.waitAnswers(t, rec.since(), 100, after+10*e.ttl)
 	cancel()
 	wait()
 	t.Log(rec.summary())
@@ -74,9 +75,9 @@ func TestLeaderPaused(t *testing.T) {
 		served = oldTerm.served.Load()
 		leader.proxy.Resume() // the requests it held arrive now, its lease long gone
 	}, 2*e.ttl)
-	if oldTerm.serving(leader.mgr.now()) || leader.term("ordered") == oldTerm {
-		t.Fatal("the paused leader still serves from its old term")
-	}
+	testutil.Eventually(t, 10*e.ttl, "the paused leader no longer serving from its old term", func() bool {
+		return !oldTerm.serving(leader.mgr.now()) && leader.term("ordered") != oldTerm
+	})
 	if answered, ok := rec.answeredAfter(at); ok {
 		t.Logf("answers again %v after the pause began (lease TTL %v)", answered-at, e.ttl)
 	} else {
@@ -210,7 +211,7 @@ func TestRenewalsBlocked(t *testing.T) {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := rec.load(ctx, clients, wire.Subjects{Prefix: e.prefix}.IDs(wire.Segment, "ordered"), 12, 5)
-	time.Sleep(time.Second)
+	rec.waitAnswers(t, 0, 100, 20*time.Second)
 	old := leader.term("ordered")
 	at := rec.since()
 	kvs[leader.name].blocked.Store(true)
@@ -224,7 +225,7 @@ func TestRenewalsBlocked(t *testing.T) {
 		t.Errorf("the term whose renewals failed served %d requests more than TTL/2 after its last renewal", got-servedAtStop)
 	}
 	kvs[leader.name].blocked.Store(false)
-	time.Sleep(e.ttl)
+	rec.waitAnswers(t, rec.since(), 100, 10*e.ttl)
 	cancel()
 	wait()
 	t.Log(rec.summary())
