@@ -34,17 +34,13 @@ import (
 // fsynced; changes that arrive while a write is under way go together in the next one.
 // One process per file: the dispenser's data-dir lock ensures it.
 type memory struct {
-	path  string
-	write func(path string, data []byte) error // durable.WriteFile; tests slow it down
-
-	writeMu sync.Mutex // one file write at a time; taken before mu
+	path string
+	file durable.GroupWriter // writes the whole file, grouping the changes meanwhile; tests slow its Write
 
 	mu      sync.Mutex // guards the fields below; never held during I/O
 	tags    map[string]bool
 	ranges  map[string]wire.TagRange // normal, never the default
 	version uint64                   // counts changes
-	durable uint64                   // the version the file holds
-	writes  uint64                   // files written, for tests of the group commit
 }
 
 // ErrCorruptMemory is returned by New when the file of remembered monotonic tags exists
@@ -80,7 +76,8 @@ func openMemory(path string) (*memory, error) {
 	if path == "" {
 		return nil, errors.New("monotonic: config: MemoryFile is required: the file of the data dir that remembers the monotonic tags")
 	}
-	m := &memory{path: path, write: durable.WriteFile, tags: map[string]bool{}, ranges: map[string]wire.TagRange{}}
+	m := &memory{path: path, tags: map[string]bool{}, ranges: map[string]wire.TagRange{}}
+	m.file = durable.GroupWriter{Path: path, Snapshot: m.snapshot}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -164,33 +161,18 @@ func (m *memory) setRange(tag string, r wire.TagRange) error {
 // releases.
 func (m *memory) commit() error {
 	need := m.version
-	done := m.durable >= need
 	m.mu.Unlock()
-	if done {
-		return nil
-	}
-	return m.flush(need)
-}
-
-// flush writes the set unless the file already holds version need.
-func (m *memory) flush(need uint64) error {
-	m.writeMu.Lock()
-	defer m.writeMu.Unlock()
-	m.mu.Lock()
-	if m.durable >= need {
-		m.mu.Unlock()
-		return nil
-	}
-	version, data := m.version, encodeMemory(m.tags, m.ranges)
-	m.mu.Unlock()
-	if err := m.write(m.path, data); err != nil {
+	if err := m.file.Commit(need); err != nil {
 		return fmt.Errorf("monotonic: write %q: %w", m.path, err)
 	}
-	m.mu.Lock()
-	m.durable = max(m.durable, version)
-	m.writes++
-	m.mu.Unlock()
 	return nil
+}
+
+// snapshot is the file's content now and the version it holds.
+func (m *memory) snapshot() ([]byte, uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return encodeMemory(m.tags, m.ranges), m.version
 }
 
 // encodeMemory writes version 1 while no tag has a range, so that a data dir of a

@@ -130,9 +130,7 @@ func TestMemoryGroupCommit(t *testing.T) {
 	if got := len(again.all()); got != n {
 		t.Fatalf("file holds %d tags after %d sets returned", got, n)
 	}
-	m.mu.Lock()
-	writes := m.writes
-	m.mu.Unlock()
+	writes := m.file.Writes()
 	t.Logf("%d tags in %d file writes", n, writes)
 	if writes >= n {
 		t.Fatalf("%d writes for %d tags: no group commit", writes, n)

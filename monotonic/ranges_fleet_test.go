@@ -69,7 +69,7 @@ func TestRangesOutliveTheirValue(t *testing.T) {
 	a := e.startNode("d1", false, nil)
 	b := e.startNode("d2", false, nil)
 	// b's data dir is slow to write: SetRange must still find it serving the tag.
-	b.mgr.memory.write = func(path string, data []byte) error {
+	b.mgr.memory.file.Write = func(path string, data []byte) error {
 		time.Sleep(300 * time.Millisecond)
 		return durable.WriteFile(path, data)
 	}

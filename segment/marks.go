@@ -92,15 +92,12 @@ type Fence struct {
 // overwrite each other's marks.
 type FileMarks struct {
 	path string
-
-	writeMu sync.Mutex // one file write at a time; taken before mu
+	file durable.GroupWriter // writes the whole file, grouping the rises meanwhile
 
 	mu      sync.Mutex // guards the fields below; never held during I/O
 	marks   map[string]markEntry
 	fence   Fence
 	version uint64 // counts rises
-	durable uint64 // the version the file holds
-	writes  uint64 // files written, for tests of the group commit
 }
 
 var _ Marks = (*FileMarks)(nil)
@@ -122,6 +119,7 @@ func OpenFileMarks(path string) (*FileMarks, error) {
 		return nil, errors.New("segment: marks file: the path is empty")
 	}
 	m := &FileMarks{path: path, marks: make(map[string]markEntry)}
+	m.file = durable.GroupWriter{Path: path, Snapshot: m.snapshot}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -191,7 +189,7 @@ func (m *FileMarks) RecordFence(f Fence, raised map[string]int64) error {
 	m.fence = f
 	need := m.version
 	m.mu.Unlock()
-	return m.flush(need)
+	return m.commit(need)
 }
 
 // Raise implements Marks. The mark rises in memory at once, before the write: a failed
@@ -208,33 +206,23 @@ func (m *FileMarks) Raise(tag string, maxID int64) error {
 		e = markEntry{maxID: maxID, version: m.version}
 		m.marks[tag] = e
 	}
-	done := m.durable >= e.version
 	m.mu.Unlock()
-	if done {
-		return nil
-	}
-	return m.flush(e.version)
+	return m.commit(e.version)
 }
 
-// flush writes the marks unless the file already holds version need.
-func (m *FileMarks) flush(need uint64) error {
-	m.writeMu.Lock()
-	defer m.writeMu.Unlock()
-	m.mu.Lock()
-	if m.durable >= need {
-		m.mu.Unlock()
-		return nil // a write that started after our rise covered it
-	}
-	version, data := m.version, encodeMarks(m.marks, m.fence)
-	m.mu.Unlock()
-	if err := durable.WriteFile(m.path, data); err != nil {
+// commit returns once the file holds version need.
+func (m *FileMarks) commit(need uint64) error {
+	if err := m.file.Commit(need); err != nil {
 		return fmt.Errorf("segment: write marks file %q: %w", m.path, err)
 	}
-	m.mu.Lock()
-	m.durable = version
-	m.writes++
-	m.mu.Unlock()
 	return nil
+}
+
+// snapshot is the file's content now and the version it holds.
+func (m *FileMarks) snapshot() ([]byte, uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return encodeMarks(m.marks, m.fence), m.version
 }
 
 // InmemMarks is Marks in memory, for tests only: nothing is durable, so a restart

@@ -337,9 +337,7 @@ func TestFileMarksGroupCommit(t *testing.T) {
 			t.Fatalf("file: %s = %d, want %d", tag, got[tag], i+1)
 		}
 	}
-	m.mu.Lock()
-	writes := m.writes
-	m.mu.Unlock()
+	writes := m.file.Writes()
 	t.Logf("%d raises, %d writes", tags, writes)
 	if writes > tags/4 {
 		t.Fatalf("%d raises took %d writes, want them grouped into at most %d", tags, writes, tags/4)
