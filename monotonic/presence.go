@@ -211,7 +211,7 @@ func (m *Manager) presenceRecords(ctx context.Context) ([]presenceRecord, error)
 	if err != nil {
 		return nil, fmt.Errorf("presence records: %w", err)
 	}
-	prefix := "$KV." + m.leaders.Bucket() + "."
+	prefix := wire.KVSubjects(m.leaders.Bucket())
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+presencePrefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("presence records: %w", err)

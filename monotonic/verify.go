@@ -130,7 +130,7 @@ func (m *Manager) checkInstance(ctx context.Context, instance, node string) (boo
 // lets its user publish to nothing but replies through an import (_R_.>, which no
 // client may name as a reply subject) and these subjects.
 func (m *Manager) ping(ctx context.Context, subject string) (*nats.Msg, error) {
-	reply := "_INBOX_" + m.cfg.Prefix + "_mono." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)
+	reply := wire.Subjects{Prefix: m.cfg.Prefix}.MonotonicPings() + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)
 	sub, err := m.nc.SubscribeSync(reply)
 	if err != nil {
 		return nil, err

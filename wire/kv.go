@@ -15,6 +15,10 @@ const (
 	// DeploymentBucket, "deployment", is the deployment record's (deployment.go).
 )
 
+// KVSubjects is the start of the subjects a KV bucket's keys are stored under, as
+// JetStream spells them: "$KV.leaf_segments."; a key's subject is it plus the key.
+func KVSubjects(bucket string) string { return "$KV." + bucket + "." }
+
 // KVStream is the JetStream stream behind a KV bucket: "KV_leaf_segments".
 func KVStream(bucket string) string { return "KV_" + bucket }
 

@@ -57,6 +57,12 @@ func (s Subjects) Decode() string { return s.Prefix + ".decode.snowflake" }
 // AdminTags is the subject of a tag admin operation: add, list or update.
 func (s Subjects) AdminTags(op string) string { return s.Prefix + ".admin.tags." + op }
 
+// MonotonicPings is where a dispenser's $SRV pings of a monotonic tag's leader are
+// answered, "_INBOX_leaf_mono." plus a unique token: not an inbox of its connection,
+// so that the roles can let the service user answer there and nowhere else
+// (PROTOCOL.md "Monotonic tags", deploy/nats-roles.conf).
+func (s Subjects) MonotonicPings() string { return "_INBOX_" + s.Prefix + "_mono." }
+
 // Time is the subject every live dispenser answers with its clock.
 func (s Subjects) Time() string { return s.Prefix + ".time" }
 

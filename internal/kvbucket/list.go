@@ -30,7 +30,7 @@ type Streams interface {
 // marker of a delete or purge. It is the server's account of the bucket, against which
 // a watch is checked.
 func Keys(ctx context.Context, js Streams, kv jetstream.KeyValue) (map[string]struct{}, error) {
-	prefix := "$KV." + kv.Bucket() + "."
+	prefix := wire.KVSubjects(kv.Bucket())
 	stream, err := js.Stream(ctx, wire.KVStream(kv.Bucket()))
 	if err != nil {
 		return nil, fmt.Errorf("KV bucket %s: its stream: %w", kv.Bucket(), err)
