@@ -21,15 +21,15 @@ import (
 
 // openAdmin runs the steps named of New with cfg, for an admin command; Close undoes
 // them.
-func openAdmin(ctx context.Context, cfg Config, steps []string, opts ...Option) (*Dispenser, error) {
+func openAdmin(ctx context.Context, cfg Config, steps []stepName, opts ...Option) (*Dispenser, error) {
 	cfg.Listen, cfg.Monitor, cfg.HTTP = "127.0.0.1:0", "", ""
-	if slices.Contains(steps, "data dir") {
+	if slices.Contains(steps, stepDataDir) {
 		// An admin command never makes a data dir (and an empty JetStream store in it).
 		if _, err := os.Stat(cfg.DataDir); err != nil {
 			return nil, fmt.Errorf("--data-dir: %w (give the data dir of the dispenser, or --nats to reach a running deployment)", err)
 		}
 	}
-	only := map[string]bool{}
+	only := map[stepName]bool{}
 	for _, s := range steps {
 		only[s] = true
 	}
@@ -38,12 +38,12 @@ func openAdmin(ctx context.Context, cfg Config, steps []string, opts ...Option) 
 
 // adminSteps are the steps every admin command runs: the data dir's lock when the
 // JetStream store is in it (embedded), or always (withDir), and NATS.
-func adminSteps(cfg Config, withDir bool, more ...string) []string {
-	var steps []string
+func adminSteps(cfg Config, withDir bool, more ...stepName) []stepName {
+	var steps []stepName
 	if withDir || cfg.NATS == "" {
-		steps = append(steps, "data dir")
+		steps = append(steps, stepDataDir)
 	}
-	return append(append(steps, "nats"), more...)
+	return append(append(steps, stepNATS), more...)
 }
 
 // DeploymentView is the deployment record as `dispenser deployment show` shows it.
@@ -119,7 +119,7 @@ var ErrNotConfirmed = errors.New("nothing written: check the record above and ad
 // worker IDs). A record that changed since it was read is not overwritten
 // (deployment.ErrChanged).
 func SetDeployment(ctx context.Context, cfg Config, set SetOptions, opts ...Option) (DeploymentChange, error) {
-	d, err := openAdmin(ctx, cfg, adminSteps(cfg, false, "segment store", "worker registry"), opts...)
+	d, err := openAdmin(ctx, cfg, adminSteps(cfg, false, stepSegmentStore, stepWorkerRegistry), opts...)
 	if err != nil {
 		return DeploymentChange{}, err
 	}

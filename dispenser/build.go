@@ -21,40 +21,74 @@ import (
 // step is one stage of New. A step that builds something that must be undone registers
 // the undo with onClose as soon as it exists.
 type step struct {
-	name string
+	name stepName
 	run  func(ctx context.Context) error
 }
+
+// stepName names a stage of New: in logs ("step"), in the start's waits and hints
+// (startwait.go), and in the admin commands' partial starts (admin.go).
+type stepName string
+
+// The stages of New, in the order steps runs them.
+const (
+	stepDataDir            stepName = "data dir"
+	stepEpoch              stepName = "epoch"
+	stepIDKey              stepName = "id key"
+	stepMySQL              stepName = "mysql"
+	stepNATS               stepName = "nats"
+	stepSegmentMarks       stepName = "segment marks"
+	stepSegmentStore       stepName = "segment store"
+	stepWorkerRegistry     stepName = "worker registry"
+	stepSnowflakeLayout    stepName = "snowflake layout"
+	stepDeployment         stepName = "deployment"
+	stepSegmentTags        stepName = "segment tags"
+	stepStoreCheck         stepName = "segment store check"
+	stepRestoreCheck       stepName = "restore check"
+	stepSegmentGenerator   stepName = "segment generator"
+	stepWorkerID           stepName = "worker ID"
+	stepClockCheck         stepName = "clock check"
+	stepSnowflakeGenerator stepName = "snowflake generator"
+	stepHeartbeat          stepName = "heartbeat"
+	stepTimeResponder      stepName = "time responder"
+	stepMonotonic          stepName = "monotonic tags"
+	stepMonotonicRecord    stepName = "monotonic tags in the record"
+	stepPools              stepName = "pools"
+	stepCore               stepName = "core"
+	stepMetrics            stepName = "metrics"
+	stepService            stepName = "service"
+	stepHTTP               stepName = "http"
+)
 
 // steps lists the stages of New in order. From "worker ID" on, this node holds a worker
 // ID, which Close gives back if a later stage fails.
 func (d *Dispenser) steps() []step {
 	return []step{
-		{"data dir", d.lockDataDir}, // first: nothing may open the dir before it is ours
-		{"epoch", d.checkEpoch},
-		{"id key", d.loadIDKey}, // idkey.go
-		{"mysql", d.checkMySQL},
-		{"nats", d.startNATS},
-		{"segment marks", d.openMarks},
-		{"segment store", d.openSegmentStore},
-		{"worker registry", d.openRegistry},
-		{"snowflake layout", d.checkPeerLayouts}, // before the deployment record: a refused start writes none
-		{"deployment", d.checkDeployment},        // deployment.go: before anything is created, taken or served
-		{"segment tags", d.createTags},
-		{"segment store check", d.checkStoreMarks},
-		{"restore check", d.checkRestore}, // datadir.go
-		{"segment generator", d.newSegments},
-		{"worker ID", d.acquireWorkerID},
-		{"clock check", d.checkClock},
-		{"snowflake generator", d.newSnowflakes},
-		{"heartbeat", d.startHeartbeat},
-		{"time responder", d.newTimeResponder},
-		{"monotonic tags", d.newMonotonic},                        // monotonic.go: before the pools, which refuse its tags
-		{"monotonic tags in the record", d.restoreMonotonicMarks}, // deployment.go
-		{"pools", d.newPools},
-		{"core", d.newCore},
-		{"metrics", d.newMetrics},
-		{"service", d.startService},
-		{"http", d.startHTTP},
+		{stepDataDir, d.lockDataDir}, // first: nothing may open the dir before it is ours
+		{stepEpoch, d.checkEpoch},
+		{stepIDKey, d.loadIDKey}, // idkey.go
+		{stepMySQL, d.checkMySQL},
+		{stepNATS, d.startNATS},
+		{stepSegmentMarks, d.openMarks},
+		{stepSegmentStore, d.openSegmentStore},
+		{stepWorkerRegistry, d.openRegistry},
+		{stepSnowflakeLayout, d.checkPeerLayouts}, // before the deployment record: a refused start writes none
+		{stepDeployment, d.checkDeployment},       // deployment.go: before anything is created, taken or served
+		{stepSegmentTags, d.createTags},
+		{stepStoreCheck, d.checkStoreMarks},
+		{stepRestoreCheck, d.checkRestore}, // datadir.go
+		{stepSegmentGenerator, d.newSegments},
+		{stepWorkerID, d.acquireWorkerID},
+		{stepClockCheck, d.checkClock},
+		{stepSnowflakeGenerator, d.newSnowflakes},
+		{stepHeartbeat, d.startHeartbeat},
+		{stepTimeResponder, d.newTimeResponder},
+		{stepMonotonic, d.newMonotonic},                // monotonic.go: before the pools, which refuse its tags
+		{stepMonotonicRecord, d.restoreMonotonicMarks}, // deployment.go
+		{stepPools, d.newPools},
+		{stepCore, d.newCore},
+		{stepMetrics, d.newMetrics},
+		{stepService, d.startService},
+		{stepHTTP, d.startHTTP},
 	}
 }
 

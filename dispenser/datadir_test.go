@@ -82,8 +82,8 @@ func TestSampleTagOnlyInNewDataDir(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.DataDir = filepath.Join(t.TempDir(), "missing")
 	failed := errors.New("failed on purpose")
-	_, err := newTest(t, cfg, withAfterStep(func(step string, _ *Dispenser) error {
-		if step == "segment marks" {
+	_, err := newTest(t, cfg, withAfterStep(func(step stepName, _ *Dispenser) error {
+		if step == stepSegmentMarks {
 			return failed
 		}
 		return nil

@@ -54,7 +54,7 @@ func Fence(ctx context.Context, cfg Config, margin int64, opts ...Option) (Fence
 	if margin < 1 {
 		return FenceReport{}, fmt.Errorf("--margin %d: want at least 1", margin)
 	}
-	d, err := openAdmin(ctx, cfg, adminSteps(cfg, true, "segment marks", "segment store"), opts...)
+	d, err := openAdmin(ctx, cfg, adminSteps(cfg, true, stepSegmentMarks, stepSegmentStore), opts...)
 	if err != nil {
 		return FenceReport{}, err
 	}

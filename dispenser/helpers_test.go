@@ -43,7 +43,7 @@ func newTest(tb testing.TB, cfg Config, opts ...Option) (*Dispenser, error) {
 }
 
 // withAfterStep sets the tests' hook that runs after each step of New.
-func withAfterStep(f func(step string, d *Dispenser) error) Option {
+func withAfterStep(f func(step stepName, d *Dispenser) error) Option {
 	return func(o *options) error {
 		o.afterStep = f
 		return nil

@@ -26,7 +26,7 @@ type options struct {
 
 	// afterStep, when set (tests only), runs after each step of New and fails the start
 	// with its error: the way to fail a step that has nothing else to fail.
-	afterStep func(step string, d *Dispenser) error
+	afterStep func(step stepName, d *Dispenser) error
 
 	// Tests only: which --listen hosts count as loopback (nil: isLoopback), and how
 	// often the --insecure-listen warning repeats (0: insecureWarnEvery).
@@ -43,7 +43,7 @@ type options struct {
 
 	// onlySteps, when set, runs only these steps of New: the part of a start an admin
 	// command needs (admin.go).
-	onlySteps map[string]bool
+	onlySteps map[stepName]bool
 }
 
 // WithLogger sends the dispenser's logs to l (the default discards them).

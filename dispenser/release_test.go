@@ -111,8 +111,8 @@ func TestFailedStartReleasesWorkerID(t *testing.T) {
 			rc.setup(t)(&cfg)
 			cfg.MaxBatch = wire.MaxBatchLimit // a text reply of 20 MB; max_payload is 1 MB
 			held := int64(-1)
-			_, err := newTest(t, cfg, withAfterStep(func(step string, d *Dispenser) error {
-				if step == "worker ID" {
+			_, err := newTest(t, cfg, withAfterStep(func(step stepName, d *Dispenser) error {
+				if step == stepWorkerID {
 					held = d.heartbeat.WorkerID()
 				}
 				return nil
@@ -133,18 +133,18 @@ func TestFailedStartReleasesWorkerID(t *testing.T) {
 // for the next node at once.
 func TestFailedStartAtEveryStepReleasesWorkerID(t *testing.T) {
 	names := stepNames()
-	after := names[slices.Index(names, "worker ID"):]
+	after := names[slices.Index(names, stepWorkerID):]
 	if len(after) < 2 {
 		t.Fatalf("steps %v: no step named \"worker ID\" followed by others", names)
 	}
 	srv := testenv.StartNATS(t)
 	errInjected := errors.New("injected failure")
 	for i, failAt := range after {
-		t.Run(strings.ReplaceAll(failAt, " ", "_"), func(t *testing.T) {
+		t.Run(strings.ReplaceAll(string(failAt), " ", "_"), func(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.NATS = srv.URL()
 			cfg.Prefix = fmt.Sprintf("step%d", i) // buckets of its own
-			_, err := newTest(t, cfg, withAfterStep(func(step string, _ *Dispenser) error {
+			_, err := newTest(t, cfg, withAfterStep(func(step stepName, _ *Dispenser) error {
 				if step == failAt {
 					return errInjected
 				}
@@ -177,8 +177,8 @@ func wantFree(t *testing.T, acquire func(context.Context) (workerid.Lease, error
 	return lease
 }
 
-func stepNames() []string {
-	var names []string
+func stepNames() []stepName {
+	var names []stepName
 	for _, s := range (&Dispenser{}).steps() {
 		names = append(names, s.name)
 	}

@@ -55,12 +55,12 @@ const waitingMsg = "waiting for a dependency to become ready"
 // waitsForDependency reports whether step reaches a dependency that may still be
 // starting. The embedded NATS server is this process's own: a failure to start it is
 // not waited out.
-func (d *Dispenser) waitsForDependency(step string) bool {
+func (d *Dispenser) waitsForDependency(step stepName) bool {
 	switch step {
-	case "nats":
+	case stepNATS:
 		return d.cfg.NATS != ""
-	case "mysql", "segment store", "worker registry", "worker ID", "clock check", "heartbeat", "pools",
-		"deployment", "segment tags", "restore check", "monotonic tags in the record":
+	case stepMySQL, stepSegmentStore, stepWorkerRegistry, stepWorkerID, stepClockCheck, stepHeartbeat, stepPools,
+		stepDeployment, stepSegmentTags, stepRestoreCheck, stepMonotonicRecord:
 		return true
 	}
 	return false
@@ -79,7 +79,7 @@ func (d *Dispenser) runStep(ctx context.Context, s step, deadline time.Time) err
 	// ZooKeeper session awaited) or on the clock (the guard): it is bounded by the
 	// longest such wait, so that a hung attempt is tried again rather than waited for.
 	attemptMax := startAttemptMax
-	if s.name == "worker ID" || s.name == "clock check" {
+	if s.name == stepWorkerID || s.name == stepClockCheck {
 		attemptMax = startWaitMax + d.cfg.ClockWaitMax + HeartbeatInterval + d.cfg.clockMargin()
 	}
 	for {
@@ -307,7 +307,7 @@ func isCertificateAlert(err error) bool {
 
 // explain puts in front of err, a failure of step that ends the start, what to check
 // when its class calls for it.
-func (d *Dispenser) explain(step string, err error) error {
+func (d *Dispenser) explain(step stepName, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -319,10 +319,10 @@ func (d *Dispenser) explain(step string, err error) error {
 
 // hint says what a failure of step of class f means and which flag or file to check;
 // "" when the error says it already.
-func (d *Dispenser) hint(step string, f failure) string {
+func (d *Dispenser) hint(step stepName, f failure) string {
 	cfg := d.cfg
 	creds, prefix := Credentials{}, "--"
-	if step == "service" && cfg.ServiceAuth.given() {
+	if step == stepService && cfg.ServiceAuth.given() {
 		creds, prefix = cfg.ServiceAuth, "--service-"
 	}
 	server := "the NATS server at --nats " + client.RedactURLs(cfg.NATS)
@@ -375,13 +375,13 @@ func (d *Dispenser) hint(step string, f failure) string {
 }
 
 // mysqlStep reports whether step talks to MySQL with this configuration.
-func (d *Dispenser) mysqlStep(step string) bool {
+func (d *Dispenser) mysqlStep(step stepName) bool {
 	switch step {
-	case "mysql":
+	case stepMySQL:
 		return true
-	case "segment store":
+	case stepSegmentStore:
 		return d.cfg.SegmentStore == "mysql"
-	case "worker registry", "worker ID", "heartbeat":
+	case stepWorkerRegistry, stepWorkerID, stepHeartbeat:
 		return d.cfg.WorkerRegistry == "mysql"
 	}
 	return false
