@@ -1,12 +1,13 @@
 // Package dispenser is the dispenser as a library: it builds, runs and closes one leafbus
 // dispenser from a Config.
 //
-// New builds every part in order (NATS, embedded or not; the segment store and
-// generator; the worker-ID registry and this node's worker identity, workerid.Keeper,
-// which acquires the worker ID and checks the clock for it; the snowflake generator, on
-// which the Keeper starts its heartbeat; the time responder; the pools; the metrics, the
-// micro service and the HTTP face), Run runs them as one oklog/run group, and Close undoes what New built,
-// in one place. A start that fails at any step is undone by that same Close before New
+// New builds every part in the order of its steps (build.go: steps, each a stepName
+// that the start's waits and hints and the admin commands name too): the data dir, NATS
+// (embedded or not), the segment marks and store, the worker-ID registry, the
+// deployment record, the segment generator, this node's worker ID and clock check, the
+// snowflake generator and its heartbeat, the monotonic tags, the pools, the core, the
+// metrics, the micro service and the HTTP face. Run runs them as one oklog/run group,
+// and Close undoes what New built, in one place. A start that fails at any step is undone by that same Close before New
 // returns, so a worker ID acquired on the way is given back at once rather than held
 // until a lease expires.
 //

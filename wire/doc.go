@@ -1,4 +1,4 @@
-// Package wire is leafbus protocol v1 (../shared/PROTOCOL.md) as Go, on the standard
+// Package wire is leafbus protocol v1 (docs/PROTOCOL.md in the repository) as Go, on the standard
 // library only: kinds and encodings, the subjects and names derived from a prefix, every
 // name rule (prefix, tag, node ID), count and ID parsing, the text and binary ID codecs,
 // the admin and decode JSON shapes, and the error codes with their Error type.

@@ -28,7 +28,8 @@ var (
 	ErrOutOfOrder = fmt.Errorf("%w: IDs not strictly increasing", ErrBadReply)
 )
 
-// classes pairs each error class with its code; CodeOf and Error.Is read it.
+// classes pairs each error class with its code: ClassCode and Error.Is read it (the
+// dispenser's own errors reach a class through core.CodeOf, the one table of them).
 var classes = []struct {
 	err  error
 	code int
