@@ -88,12 +88,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultWaitMax is how long a request may wait at most (Config.WaitMax): the one bound
+// of a request's wait, which the core hands to every source it waits on (a monotonic
+// tag's Fill and FillAsyncWithin take it as their deadline).
+const DefaultWaitMax = 2 * time.Second
+
 // DefaultConfig is the protocol's defaults.
 func DefaultConfig() Config {
 	return Config{
 		MaxBatch:     wire.DefaultMaxBatch,
 		Layout:       snowflake.DefaultLayout(),
-		WaitMax:      2 * time.Second,
+		WaitMax:      DefaultWaitMax,
 		MaxWaiting:   4096,
 		AdminTimeout: 10 * time.Second,
 	}
@@ -101,8 +106,8 @@ func DefaultConfig() Config {
 
 // Validate names the field, value and bound of the first bad setting.
 func (c Config) Validate() error {
-	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
-		return fmt.Errorf("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
+	if err := wire.CheckMaxBatch(c.MaxBatch); err != nil {
+		return err
 	}
 	if err := c.Layout.Validate(); err != nil {
 		return err
@@ -169,7 +174,7 @@ type Core struct {
 	log    *slog.Logger
 	stats  [2]kindCounters // by wire.Kind
 	ids    sync.Pool       // *[]int64, for the answers of Wait
-	async  monotonicAsync  // Monotonic's FillAsync, when it has one
+	async  monotonicAsync  // Monotonic's FillAsyncWithin, when it has one
 	marked <-chan struct{} // Monotonic's Ready; nil without monotonic tags
 
 	waiting  chan struct{} // a slot per request waiting, and per admin call

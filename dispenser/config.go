@@ -199,8 +199,8 @@ func (c Config) Validate() error {
 	if c.LeaseTTL < 4*HeartbeatInterval {
 		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*HeartbeatInterval)
 	}
-	if c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit {
-		add("--max-batch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
+	if err := wire.CheckMaxBatch(c.MaxBatch); err != nil {
+		errs = append(errs, err)
 	}
 	for _, p := range c.Pools {
 		if p.Size > c.MaxBatch {

@@ -71,7 +71,7 @@ type Config struct {
 	// LeaseTTL, never the ttl_ms a record states), or, when its leader no longer
 	// listens, once they have seen it unchanged for 2 renewals, and serve from half a
 	// LeaseTTL after they first saw it: after a leader dies its tags are served again
-	// after about half a LeaseTTL (requests wait meanwhile, RequestWait). A leader renews every
+	// after about half a LeaseTTL (requests wait meanwhile, within their own bound). A leader renews every
 	// RenewInterval and stops serving at LeaseTTL/2 after the send of its last renewal
 	// that succeeded, so LeaseTTL must be at least 4 renewals: two may fail before it
 	// stops. The <prefix>_leaders bucket keeps records for 2 x LeaseTTL, so every
@@ -82,16 +82,15 @@ type Config struct {
 	// for; 0: LeaseTTL/20.
 	RetryInterval time.Duration
 
-	// ForwardTimeout bounds one forwarded request, leader's wait included; WaitMax
-	// bounds how long a request at the leader waits for its next segment.
+	// ForwardTimeout bounds one forwarded request, leader's wait included. WaitMax bounds
+	// how long a request waits at the leader for its next segment, and a Fill whose ctx
+	// has no deadline: the caller's own bound on a request's wait (core's WaitMax, which
+	// the dispenser passes down). A request that finds no leader to serve it (a
+	// hand-over, a leader waiting out the previous one, a leader not verified yet) waits
+	// for the next one within the bound its caller gives, as a segment request waits
+	// for a store that loads, and gets 503 only then.
 	ForwardTimeout time.Duration
 	WaitMax        time.Duration
-	// RequestWait bounds how long FillAsync keeps a request that finds no leader to
-	// serve it (a hand-over, a leader waiting out the previous one, a leader not
-	// verified yet) before it answers 503: it waits for the next leader instead, as a
-	// segment request waits for a store that loads. Set it to the caller's own wait
-	// bound (the service's WaitMax, 2 s by default). Fill waits until its ctx ends.
-	RequestWait time.Duration
 	// MaxBatch is the largest count of one request (the service's max_batch).
 	// MaxForward bounds the IDs of one forwarded message, which carries the requests a
 	// follower received while earlier ones were under way (at least one request, so
@@ -122,7 +121,6 @@ func DefaultConfig() Config {
 		RenewInterval:   time.Second,
 		ForwardTimeout:  time.Second,
 		WaitMax:         time.Second,
-		RequestWait:     2 * time.Second,
 		MaxBatch:        wire.DefaultMaxBatch,
 		MaxForward:      1 << 16,
 		MaxInFlight:     4,
@@ -159,10 +157,10 @@ func (c Config) Validate() error {
 			c.LeaseTTL, c.RenewInterval, 4*c.RenewInterval)
 	case c.RetryInterval < 0 || c.RetryInterval > c.LeaseTTL/4:
 		return fmt.Errorf("monotonic: config: RetryInterval %v: want 0 (LeaseTTL/20) up to LeaseTTL/4 (%v)", c.RetryInterval, c.LeaseTTL/4)
-	case c.ForwardTimeout < time.Millisecond || c.WaitMax < time.Millisecond || c.RequestWait < time.Millisecond:
-		return fmt.Errorf("monotonic: config: ForwardTimeout %v, WaitMax %v and RequestWait %v: want at least 1ms", c.ForwardTimeout, c.WaitMax, c.RequestWait)
-	case c.MaxBatch < 1 || c.MaxBatch > wire.MaxBatchLimit:
-		return fmt.Errorf("monotonic: config: MaxBatch %d: want 1 to %d", c.MaxBatch, wire.MaxBatchLimit)
+	case c.ForwardTimeout < time.Millisecond || c.WaitMax < time.Millisecond:
+		return fmt.Errorf("monotonic: config: ForwardTimeout %v and WaitMax %v: want at least 1ms", c.ForwardTimeout, c.WaitMax)
+	case wire.CheckMaxBatch(c.MaxBatch) != nil:
+		return fmt.Errorf("monotonic: config: %w", wire.CheckMaxBatch(c.MaxBatch))
 	case c.MaxForward < c.MaxBatch:
 		return fmt.Errorf("monotonic: config: MaxForward %d is below MaxBatch %d: a request must fit in one forwarded message", c.MaxForward, c.MaxBatch)
 	case c.MaxInFlight < 1:

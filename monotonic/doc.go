@@ -135,7 +135,7 @@
 // A request that finds no leader to serve it (no verified leader yet, a hand-over
 // under way, this dispenser's new term waiting out the previous one, a leader that no
 // longer answers) waits for the next one, as a segment request waits for a store that
-// loads: until its ctx ends (Fill) or RequestWait passed (FillAsync), and only then is
+// loads: until its ctx ends (Fill) or its wait passed (FillAsyncWithin), and only then is
 // it answered 503. The waiting requests hold no goroutine of their own: a tag's
 // senders (MaxInFlight at most) carry them, and serve them from this dispenser's term
 // when it becomes the leader.

@@ -273,8 +273,8 @@ func (m *Manager) TryFill(tag string, dst []int64) (ok bool, err error) {
 // when it leads the tag, else from the leader, through a forwarded request. A request
 // that finds no leader to serve it (a hand-over under way, this dispenser's new term
 // waiting out the previous one, a leader not verified yet, a leader that no longer
-// answers) waits for the next one until ctx ends (RequestWait when ctx has no
-// deadline), and is answered 503 only then. The IDs are strictly increasing and above
+// answers) waits for the next one until ctx ends (WaitMax when ctx has no deadline),
+// and is answered 503 only then. The IDs are strictly increasing and above
 // every ID of the tag in any reply received before the request was sent.
 func (m *Manager) Fill(ctx context.Context, tag string, dst []int64) error {
 	ts := (*m.states.Load())[tag]
@@ -290,16 +290,11 @@ func (m *Manager) Fill(ctx context.Context, tag string, dst []int64) error {
 		}
 		// The term ended meanwhile: wait for the next leader, as below.
 	}
-	wait := m.cfg.RequestWait
+	wait := m.cfg.WaitMax
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl)
 	}
 	return m.queued(ctx, ts, dst, wait)
-}
-
-// FillAsync is FillAsyncWithin with RequestWait.
-func (m *Manager) FillAsync(tag string, dst []int64, done func(error)) {
-	m.FillAsyncWithin(tag, dst, m.cfg.RequestWait, done)
 }
 
 // FillAsyncWithin is Fill for a caller that must not wait (the service's delivery

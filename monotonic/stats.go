@@ -14,7 +14,7 @@ type TagStats struct {
 	Tag string `json:"tag"`
 	// Role is "leader" (serving), "starting" (took the lease, waiting out the previous
 	// one), "follower" (another dispenser leads, verified) or "none" (no verified leader
-	// known: requests wait for one, RequestWait at most, then get 503).
+	// known: requests wait for one, within their own bound, then get 503).
 	Role          string `json:"role"`
 	Leader        string `json:"leader,omitempty"` // the node of the lease record
 	Terms         uint64 `json:"terms"`            // leases this dispenser took

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -15,6 +16,15 @@ const (
 	// exceeds n*MaxTextID bytes.
 	MaxTextID = 20
 )
+
+// CheckMaxBatch is the rule for a dispenser's max_batch (--max-batch): 1 to
+// MaxBatchLimit. Every part that takes it checks it here.
+func CheckMaxBatch(n int) error {
+	if n < 1 || n > MaxBatchLimit {
+		return fmt.Errorf("--max-batch %d: want 1 to %d", n, MaxBatchLimit)
+	}
+	return nil
+}
 
 // ParseCount reads a request body: empty or white space for one ID, else a decimal count
 // of 1..max. Digits only (no sign, no decimal point); leading zeros are fine.
