@@ -61,7 +61,7 @@ func (s *Service) deliver(e *endpoint) nats.MsgHandler {
 		e.busy.Add(int64(took))
 		e.requests.Add(1)
 		if o.kind != "" && s.observer != nil {
-			s.observer.Observe(TransportNATS, o.kind, o.code, took.Seconds(), o.ids)
+			s.observer.Observe(wire.TransportNATS, o.kind, o.code, took.Seconds(), o.ids)
 		}
 	}
 }

@@ -42,8 +42,8 @@ var _ Core = (*core.Core)(nil)
 // taken from package metrics, so that the service does not depend on Prometheus.
 // Observe runs on the request path: it must not block, and should not allocate.
 type Observer interface {
-	// Observe records one answer: transport is TransportNATS; kind "segment",
-	// "snowflake" or KindDecode; code 200 or the error's wire code; seconds from the
+	// Observe records one answer: transport is wire.TransportNATS; kind "segment",
+	// "snowflake" or wire.KindDecode; code 200 or the error's wire code; seconds from the
 	// request's arrival to its answer; ids how many IDs it carried (0 for an error).
 	Observe(transport, kind string, code int, seconds float64, ids int)
 }
@@ -53,13 +53,6 @@ type Observer interface {
 type rejecter interface {
 	Rejected(transport string)
 }
-
-// The transport and the kind of decode requests as the service reports them to its
-// Observer: the label values of package metrics (metrics.NATS, metrics.KindDecode).
-const (
-	TransportNATS = "nats"
-	KindDecode    = "decode"
-)
 
 // Config describes the service a dispenser runs: plain queue subscriptions that speak
 // the protocol `nats micro` reads ($SRV).
@@ -374,7 +367,7 @@ func (s *Service) wait(e *endpoint, m *nats.Msg, r core.Request, start time.Dura
 	if err != nil {
 		s.pending.Done()
 		if errors.Is(err, core.ErrOverloaded) && s.rejecter != nil {
-			s.rejecter.Rejected(TransportNATS)
+			s.rejecter.Rejected(wire.TransportNATS)
 		}
 		return outcome{r.Kind.String(), s.fail(e, m, err), 0}
 	}
@@ -408,7 +401,7 @@ func (s *Service) now() time.Duration {
 // observe tells the Observer about one answer of kind, received at start (now).
 func (s *Service) observe(kind string, code int, start time.Duration, ids int) {
 	if s.observer != nil {
-		s.observer.Observe(TransportNATS, kind, code, (s.now() - start).Seconds(), ids)
+		s.observer.Observe(wire.TransportNATS, kind, code, (s.now() - start).Seconds(), ids)
 	}
 }
 
@@ -440,10 +433,10 @@ func (s *Service) getBuf(n int) *[]byte {
 func (s *Service) handleDecode(e *endpoint, m *nats.Msg, _ time.Duration) outcome {
 	b, err := s.decode(m.Data)
 	if err != nil {
-		return outcome{KindDecode, s.fail(e, m, err), 0}
+		return outcome{wire.KindDecode, s.fail(e, m, err), 0}
 	}
 	s.reply(e, m.Subject, m.Reply, b)
-	return outcome{KindDecode, codeOK, 0}
+	return outcome{wire.KindDecode, codeOK, 0}
 }
 
 // decode is the JSON answer of a decode request's body.

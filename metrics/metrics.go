@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Observer is told about every request a dispenser answers; the NATS service and the
@@ -30,14 +32,12 @@ type Observer interface {
 	Observe(transport, kind string, code int, seconds float64, ids int)
 }
 
-// Transports.
+// Transports, and the kind of snowflake decode requests: wire's label values.
 const (
-	NATS = "nats"
-	HTTP = "http"
+	NATS       = wire.TransportNATS
+	HTTP       = wire.TransportHTTP
+	KindDecode = wire.KindDecode
 )
-
-// KindDecode is the kind of snowflake decode requests.
-const KindDecode = "decode"
 
 // OtherTag is the tag label under which the tags beyond Config.MaxTags are summed.
 const OtherTag = "_other"
@@ -88,7 +88,7 @@ type fastChildren struct {
 
 var (
 	transports = [...]string{NATS, HTTP}
-	kinds      = [...]string{"segment", "snowflake", KindDecode}
+	kinds      = [...]string{wire.Segment.String(), wire.Snowflake.String(), KindDecode}
 	codes      = [...]int{200, 400, 404, 409, 500, 503}
 )
 

@@ -12,6 +12,15 @@ const (
 	Snowflake
 )
 
+// The label values under which a dispenser counts its answers (metrics, $SRV.STATS):
+// the transport that carried a request, and KindDecode, the kind of a decode request
+// beside the Kinds' String.
+const (
+	TransportNATS = "nats"
+	TransportHTTP = "http"
+	KindDecode    = "decode"
+)
+
 func (k Kind) String() string {
 	if k == Snowflake {
 		return "snowflake"
