@@ -187,24 +187,7 @@ func spreadSort(ids []int64, sc *sortScratch, width uint) {
 	copy(ids, tmp)
 }
 
-// SegmentFiller is what the pools take segment IDs from.
+// SegmentFiller is what the pools take segment IDs from (Ordinary's source and itself).
 type SegmentFiller interface {
 	Fill(ctx context.Context, tag string, dst []int64) error
-}
-
-// Segments wraps src so that what it fills has the tag's range: the pools' source, so
-// that a pre-filled reply or a batch of the pool stream is shaped as a reply the core
-// fills itself.
-func (s *Shaper) Segments(src SegmentFiller) SegmentFiller { return shaped{s, src} }
-
-type shaped struct {
-	s   *Shaper
-	src SegmentFiller
-}
-
-func (sh shaped) Fill(ctx context.Context, tag string, dst []int64) error {
-	if err := sh.src.Fill(ctx, tag, dst); err != nil {
-		return err
-	}
-	return sh.s.Shape(tag, dst)
 }

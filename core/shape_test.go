@@ -189,10 +189,16 @@ func TestCoreShapesEveryPath(t *testing.T) {
 	if _, err := get(t, withMono, segReq("ordered", 5)); !errors.Is(err, wire.ErrRangeUsedUp) {
 		t.Fatalf("a monotonic tag of 16 bits past its range = %v, want ErrRangeUsedUp", err)
 	}
-	pool := s.Segments(fixedSegments{})
+	pool := NewOrdinary(fixedSegments{}, mono, s)
 	ids := make([]int64, 5)
 	if err := pool.Fill(context.Background(), "inv", ids); err != nil || !slices.Equal(ids, images(100, 5)) {
 		t.Fatalf("a pool's fill of inv = %v, %v; want the images of 100..104, sorted", ids, err)
+	}
+	if err := pool.Fill(context.Background(), "ordered", ids); !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("a pool's fill of the monotonic tag = %v, want ErrUnavailable: a pool never holds it", err)
+	}
+	if ex, err := pool.Excluded("ordered"); !ex || err != nil {
+		t.Fatalf("Excluded(monotonic tag) = %v, %v; want true: the pool stream purges its batches", ex, err)
 	}
 	if _, err := New(func() Config { c := DefaultConfig(); c.TagRanges = ranges; return c }()); err == nil {
 		t.Fatal("a core with tag ranges and no Shaper was built")

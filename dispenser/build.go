@@ -218,7 +218,8 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	batchCfg := pools.DefaultConfig()
 	batchCfg.Specs = cfg.Pools
 	// A pool never holds a monotonic tag; its batches have their tag's range.
-	batchCfg.Segments = d.shaper.Segments(d.mono.OrdinaryOnly(d.segments))
+	ordinary := core.NewOrdinary(d.segments, d.mono, d.shaper)
+	batchCfg.Segments = ordinary
 	batchCfg.Snowflakes = d.snowflakes
 	batchCfg.Logger = d.log.With("component", "pools")
 	if d.batches, err = pools.New(batchCfg); err != nil {
@@ -228,10 +229,10 @@ func (d *Dispenser) newPools(context.Context) (err error) {
 	streamCfg.JetStream = d.js
 	streamCfg.Prefix = cfg.Prefix
 	streamCfg.Specs = cfg.Pools
-	streamCfg.Segments = d.shaper.Segments(d.mono.OrdinaryOnly(d.segments))
+	streamCfg.Segments = ordinary
 	// Batches a pool stored before its tag was marked monotonic are purged, not left for
 	// a job to take after IDs the leader has handed out since.
-	streamCfg.Excluded = d.mono.IsMonotonic
+	streamCfg.Excluded = ordinary.Excluded
 	streamCfg.Snowflakes = d.snowflakes
 	streamCfg.Replicas = cfg.KVReplicas
 	streamCfg.Logger = d.log.With("component", "pool-stream")

@@ -181,7 +181,7 @@
 //
 // With a MySQL store (Config.FoldCase), a tag whose name differs only in case from a
 // monotonic one is refused (400), since MySQL keeps both as one row; the KV store keeps
-// them apart, and there both are served. Pools never serve a monotonic tag
-// (OrdinaryOnly), and the JetStream pool stream purges the batches it stored for a tag
-// before it was marked (pools.StreamConfig.Excluded is IsMonotonic).
+// them apart, and there both are served. Pools never serve a monotonic tag, and the
+// JetStream pool stream purges the batches it stored for a tag before it was marked:
+// both ask IsMonotonic through core.Ordinary, the pools' one segment source.
 package monotonic

@@ -1,12 +1,8 @@
 package monotonic
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/leafbus/leafbus/wire"
 )
 
 // TagStats is one monotonic tag as this dispenser sees it.
@@ -61,31 +57,4 @@ func (m *Manager) Stats() Stats {
 	}
 	slices.SortFunc(s.Tags, func(a, b TagStats) int { return strings.Compare(a.Tag, b.Tag) })
 	return s
-}
-
-// SegmentFiller is what the pools take segment IDs from (segment.Generator.Fill).
-type SegmentFiller interface {
-	Fill(ctx context.Context, tag string, dst []int64) error
-}
-
-// OrdinaryOnly wraps src so that it refuses monotonic tags: pre-filled batches are cut
-// ahead of time, so a pool must never hold IDs of a tag that promises order.
-func (m *Manager) OrdinaryOnly(src SegmentFiller) SegmentFiller {
-	return ordinaryOnly{m: m, src: src}
-}
-
-type ordinaryOnly struct {
-	m   *Manager
-	src SegmentFiller
-}
-
-func (o ordinaryOnly) Fill(ctx context.Context, tag string, dst []int64) error {
-	mono, err := o.m.IsMonotonic(tag)
-	if err != nil {
-		return err
-	}
-	if mono {
-		return fmt.Errorf("%w: monotonic: tag %q is monotonic: no pre-filled batches", wire.ErrUnavailable, tag)
-	}
-	return o.src.Fill(ctx, tag, dst)
 }
