@@ -163,7 +163,7 @@ func TestConfigModes(t *testing.T) {
 		{"ErrCredentialsEmbedded", func(c *Config) { c.Conn.User, c.Conn.Password = "bob", "pw" },
 			"--user, --password: the embedded NATS server has no users without --nats-config"},
 		{"ErrTokenEmbedded", func(c *Config) { c.Conn.Token = "t" }, "--token: the embedded NATS server has no users"},
-		{"ErrCredsEmbedded", func(c *Config) { c.Conn.CredsFile = natsConf }, "or --nats to join NATS servers that check them"},
+		{"ErrCredsEmbedded", func(c *Config) { c.Conn.CredsFile = natsConf }, "or --nats (docs/errors.md#embedded-users)"},
 		{"ErrTLSEmbedded", func(c *Config) { c.Conn.TLSCA = natsConf }, "--tls-ca: the embedded NATS server speaks TLS only when --nats-config configures it"},
 		{"CredentialsWithNATSConfig", func(c *Config) { c.NATSConfig, c.Conn.User, c.Conn.Password = natsConf, "bob", "pw" }, ""},
 		{"CredentialsWithNATS", func(c *Config) { c.NATS, c.Conn.User, c.Conn.Password = "nats://127.0.0.1:4222", "bob", "pw" }, ""},

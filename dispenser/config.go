@@ -247,7 +247,7 @@ func (c Config) checkRegistry() []error {
 			add("--worker-registry zk with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
 		}
 		if c.listensOnAnyPort() && c.Advertise == "" {
-			add("--worker-registry zk with --listen %s needs --advertise ip:port: the identity this node keeps its worker ID under defaults to --listen's port, and port 0 is a new one at every start and the same for every such dispenser on the host", c.Listen)
+			add("--worker-registry zk with --listen %s needs --advertise ip:port: an identity of its own that survives a restart (docs/errors.md#advertise)", c.Listen)
 		}
 	case "mysql":
 		if c.MySQLDSN == "" {
@@ -257,7 +257,7 @@ func (c Config) checkRegistry() []error {
 			add("--worker-registry mysql with --nats needs --advertise ip:port (the identity this node keeps its worker ID under)")
 		}
 		if c.listensOnAnyPort() && c.Advertise == "" {
-			add("--worker-registry mysql with --listen %s needs --advertise ip:port: the identity this node keeps its worker ID under defaults to --listen's port, and port 0 is a new one at every start and the same for every such dispenser on the host", c.Listen)
+			add("--worker-registry mysql with --listen %s needs --advertise ip:port: an identity of its own that survives a restart (docs/errors.md#advertise)", c.Listen)
 		}
 	default:
 		add("--worker-registry %q: want kv, zk, mysql or static", c.WorkerRegistry)

@@ -121,7 +121,7 @@ func (d *Dispenser) checkRestore(ctx context.Context) error {
 		return nil // none (no snowflake ID was issued from this dir), or unreadable: the clock check says so
 	}
 	dirLast := max(entry.Timestamp, fence.At)
-	fenceCmd := fmt.Sprintf("`dispenser fence --data-dir %s` with this dispenser's flags (it raises every tag's max_id by --margin and records the fence in %s)", d.cfg.DataDir, filepath.Join(d.cfg.DataDir, MarksFileName))
+	fenceCmd := fmt.Sprintf("`dispenser fence --data-dir %s` with this dispenser's flags", d.cfg.DataDir)
 	if d.cfg.NATS != "" {
 		forever, err := workerid.OpenForever(ctx, d.js, workerid.ForeverBucket(d.cfg.Prefix), d.cfg.KVReplicas)
 		if err != nil {
@@ -134,8 +134,8 @@ func (d *Dispenser) checkRestore(ctx context.Context) error {
 			return err
 		case rec.Timestamp > dirLast+restoreSlack.Milliseconds():
 			ahead := time.Duration(rec.Timestamp-dirLast) * time.Millisecond
-			return fmt.Errorf("refusing to start: %w: the cache file %s says node %s last recorded %s, but its clock record in KV %s says %s, %v later: the data dir was put back from a copy (or copied from another host), so its high-water marks lack what this node served since, and a segment store restored too would serve those IDs again. Stop and run %s, then start again",
-				ErrDataDirRestored, cache.Path, d.cfg.NodeID, fmtMs(entry.Timestamp), forever.Bucket(), fmtMs(rec.Timestamp), ahead.Round(time.Second), fenceCmd)
+			return fmt.Errorf("refusing to start: %w: cache file %s is %v behind node %s's clock record in KV %s (%s, %s): run %s, then start (docs/errors.md#data-dir-restored)",
+				ErrDataDirRestored, cache.Path, ahead.Round(time.Second), d.cfg.NodeID, forever.Bucket(), fmtMs(entry.Timestamp), fmtMs(rec.Timestamp), fenceCmd)
 		}
 	}
 	if age := d.clock.Now().Sub(time.UnixMilli(dirLast)); age > restoreWarnAge {

@@ -22,7 +22,7 @@ func (d *Dispenser) checkEpoch(context.Context) error {
 	epoch, last := time.UnixMilli(l.Epoch).UTC(), time.UnixMilli(l.MaxTimestamp()).UTC()
 	switch {
 	case now.UnixMilli() <= l.Epoch:
-		return fmt.Errorf("--epoch %d (%s) is in the future: the clock reads %s, and snowflake IDs count milliseconds from the epoch, so none could be issued before then; keep the epoch your existing IDs were made with (Leaf's is %d)",
+		return fmt.Errorf("--epoch %d (%s) is in the future (the clock reads %s): keep the epoch your IDs were made with, Leaf's is %d (docs/errors.md#epoch-in-future)",
 			l.Epoch, epoch.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), DefaultConfig().Epoch)
 	case now.UnixMilli() >= l.MaxTimestamp():
 		return fmt.Errorf("--epoch %d (%s) leaves no room: %d time bits end at %s, and the clock reads %s",

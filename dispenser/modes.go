@@ -16,7 +16,7 @@ func (c Config) checkModes() []error {
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.NATS == "" && c.NATSConfig == "" {
 		if creds := c.connCredentialFlags(); len(creds) > 0 {
-			add("%s: the embedded NATS server has no users without --nats-config, so the flags would be ignored and any client would get IDs without credentials; to require them, give --nats-config with a server configuration that defines users (the flags then authenticate the dispenser's own connections), or --nats to join NATS servers that check them",
+			add("%s: the embedded NATS server has no users without --nats-config: give --nats-config defining users, or --nats (docs/errors.md#embedded-users)",
 				strings.Join(creds, ", "))
 		}
 		if tls := c.connTLSFlags(); len(tls) > 0 {

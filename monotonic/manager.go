@@ -217,8 +217,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("monotonic: read status of KV bucket %s: %w", m.leaders.Bucket(), err)
 	}
 	if st.TTL() != recordTTL(cfg.LeaseTTL) {
-		return nil, fmt.Errorf("monotonic: KV bucket %s keeps lease records for %v, twice a monotonic lease TTL of %v, but this dispenser is configured with %v: every dispenser must use the same (to change it, stop them all and delete the bucket)",
-			m.leaders.Bucket(), st.TTL(), st.TTL()/2, cfg.LeaseTTL)
+		return nil, fmt.Errorf("--monotonic-lease-ttl %v: the deployment's is %v (KV bucket %s): use the same on every dispenser (docs/errors.md#monotonic-lease-ttl)",
+			cfg.LeaseTTL, st.TTL()/2, m.leaders.Bucket())
 	}
 	return m, nil
 }

@@ -34,17 +34,17 @@ func (r *MySQLRegistry) checkRow(ctx context.Context, id int64, inserted bool) e
 	case id > rng.Max:
 		// The row stays: the next start finds it and says the same, no further
 		// auto-increment value is burnt, and an operator can give it a free id by hand.
-		return fmt.Errorf("%w: %w: worker ID %d for %s in leaf_workerid_alloc is above %d, the top of this deployment's %s: the table's AUTO_INCREMENT has passed the range; delete the rows of nodes that are gone for good and set this row's id to a free one in range (UPDATE leaf_workerid_alloc SET id = <free id> WHERE ip_port = '%s')",
-			ErrNoWorkerID, ErrWorkerIDOutOfRange, id, r.cfg.Advertise, rng.Max, rng.describe(), r.cfg.Advertise)
+		return fmt.Errorf("%w: %w: worker ID %d for %s in leaf_workerid_alloc is above %d, the top of %s: set the row's id to a free one in range (docs/errors.md#mysql-worker-range)",
+			ErrNoWorkerID, ErrWorkerIDOutOfRange, id, r.cfg.Advertise, rng.Max, rng.describe())
 	case inserted:
 		removed := "the row was removed again (nothing used its ID)"
 		if _, err := r.db.ExecContext(context.WithoutCancel(ctx),
 			"DELETE FROM leaf_workerid_alloc WHERE id = ? AND ip_port = ?", id, r.cfg.Advertise); err != nil {
 			removed = fmt.Sprintf("removing the row again failed (%v): delete it by hand, nothing used its ID", err)
 		}
-		return fmt.Errorf("%w: leaf_workerid_alloc gave %s worker ID %d, below this deployment's %s; %s: a range that does not start at 0 needs a table of its own whose AUTO_INCREMENT starts at %d: ALTER TABLE leaf_workerid_alloc AUTO_INCREMENT = %d once (--mysql-create-table creates a missing table that way)",
-			ErrWorkerIDOutOfRange, r.cfg.Advertise, id, rng.describe(), removed, rng.Min, rng.Min)
+		return fmt.Errorf("%w: leaf_workerid_alloc gave %s worker ID %d, below %s (%s): start the table's AUTO_INCREMENT at %d (docs/errors.md#mysql-worker-range)",
+			ErrWorkerIDOutOfRange, r.cfg.Advertise, id, rng.describe(), removed, rng.Min)
 	}
-	return fmt.Errorf("%w: the row of %s in leaf_workerid_alloc holds worker ID %d, below this deployment's %s; refusing to use it (its timestamps were issued under an ID that may be another datacenter's): run this node with the range it was registered under, or delete its row (DELETE FROM leaf_workerid_alloc WHERE ip_port = '%s') once no process runs as %s, and it gets a new ID in range",
-		ErrWorkerIDOutOfRange, r.cfg.Advertise, id, rng.describe(), r.cfg.Advertise, r.cfg.Advertise)
+	return fmt.Errorf("%w: the row of %s in leaf_workerid_alloc holds worker ID %d, below %s: run the node with its range, or delete its row (docs/errors.md#mysql-worker-range)",
+		ErrWorkerIDOutOfRange, r.cfg.Advertise, id, rng.describe())
 }

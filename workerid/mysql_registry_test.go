@@ -274,7 +274,7 @@ func TestMySQLRegistryAboveRange(t *testing.T) {
 	for attempt := range 2 { // a second start says the same and burns no further id
 		_, err := r.Acquire(testutil.Context(t, 10*time.Second))
 		wantErrIs(t, fmt.Sprintf("Acquire %d of a third node with MaxWorkerID 2", attempt), err, ErrNoWorkerID)
-		for _, s := range []string{"worker ID 3", "10.0.0.3:1", "above 2", "UPDATE leaf_workerid_alloc"} {
+		for _, s := range []string{"worker ID 3", "10.0.0.3:1", "above 2", "docs/errors.md#mysql-worker-range"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q should contain %q", err, s)
 			}

@@ -51,15 +51,15 @@ func (r *ZKRegistry) checkSequence(node leafNode, created bool) error {
 	path := r.forever() + "/" + node.name
 	switch {
 	case node.seq > rng.Max && created:
-		return fmt.Errorf("%w: %w: worker ID %d from %s is above %d, the top of this deployment's %s: this path's worker IDs are used up; the sequence counter of %s only grows (removing nodes does not lower it), so use --zk-recycle or a new --zk-name once no node of this one runs",
-			ErrZKSequenceOutOfRange, ErrNoWorkerID, node.seq, path, rng.Max, rng.describe(), r.forever())
+		return fmt.Errorf("%w: %w: worker ID %d from %s is above %d, the top of %s: use --zk-recycle or a new --zk-name (docs/errors.md#zk-worker-range)",
+			ErrZKSequenceOutOfRange, ErrNoWorkerID, node.seq, path, rng.Max, rng.describe())
 	case node.seq > rng.Max:
-		return fmt.Errorf("%w: %w: this node's %s holds worker ID %d, above %d, the top of this deployment's %s; refusing to use an ID outside the range (it may be another datacenter's): use --zk-recycle, or a --zk-name set up for this range",
-			ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange, path, node.seq, rng.Max, rng.describe())
+		return fmt.Errorf("%w: %w: this node's %s holds worker ID %d, above %s: use --zk-recycle, or a --zk-name set up for this range (docs/errors.md#zk-worker-range)",
+			ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange, path, node.seq, rng.describe())
 	case node.seq < rng.Min && created:
 		return r.belowRange(node.seq, fmt.Sprintf("ZooKeeper gave %s sequence %d (another node registered at the same moment); the node was removed again", path, node.seq))
 	case node.seq < rng.Min:
-		return fmt.Errorf("%w: %w: this node's %s holds worker ID %d, below this deployment's %s; refusing to use an ID outside the range (it may be another datacenter's): give this node a --zk-name set up for the range (README \"Several datacenters\")",
+		return fmt.Errorf("%w: %w: this node's %s holds worker ID %d, below %s: give this node a --zk-name set up for the range (docs/errors.md#zk-worker-range)",
 			ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange, path, node.seq, rng.describe())
 	}
 	return nil
@@ -68,7 +68,7 @@ func (r *ZKRegistry) checkSequence(node leafNode, created bool) error {
 // belowRange is the refusal of a sequence below the range; what says where it came from.
 func (r *ZKRegistry) belowRange(seq int64, what string) error {
 	rng := r.cfg.workerRange()
-	return fmt.Errorf("%w: %w: %s, below this deployment's %s: a range that does not start at 0 needs a ZooKeeper path of its own whose counter has been raised to %d (%d more children created, and deleted again, under %s; README \"Several datacenters\"), or --zk-recycle",
+	return fmt.Errorf("%w: %w: %s, below %s: a --zk-name whose counter was raised to %d (%d more children created under %s), or --zk-recycle (docs/operations.md#several-datacenters)",
 		ErrZKSequenceOutOfRange, ErrWorkerIDOutOfRange, what, rng.describe(), rng.Min, rng.Min-seq, r.forever())
 }
 
@@ -77,10 +77,10 @@ func (r *ZKRegistry) belowRange(seq int64, what string) error {
 func (r *ZKRegistry) checkCached(e CacheEntry) error {
 	switch {
 	case e.Registry == "":
-		return fmt.Errorf("%w: %w: cache file %s (worker ID %d) does not say which registry issued its worker ID (written by an earlier version), so it cannot stand in for %s; start once with ZooKeeper reachable, which records it",
+		return fmt.Errorf("%w: %w: cache file %s (worker ID %d) does not say which registry issued its worker ID (written by an earlier version), so it cannot stand in for %s; start once with ZooKeeper reachable",
 			ErrZKUnavailable, ErrCacheOtherRegistry, r.cfg.Cache.Path, e.WorkerID, r.Identity())
 	case e.Registry != r.Identity():
-		return fmt.Errorf("%w: %w: cache file %s holds worker ID %d from registry %q, not this one (%q): that registry may give the ID to another node; start with ZooKeeper reachable, or with the registry that issued it (--worker-registry, --zk-name, --zk-recycle as before)",
+		return fmt.Errorf("%w: %w: cache file %s holds worker ID %d from registry %q, not this one (%q): start with ZooKeeper reachable, or that registry (docs/errors.md#cache-registry)",
 			ErrZKUnavailable, ErrCacheOtherRegistry, r.cfg.Cache.Path, e.WorkerID, e.Registry, r.Identity())
 	}
 	if rng := r.cfg.workerRange(); !rng.Contains(e.WorkerID) {

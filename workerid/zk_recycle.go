@@ -56,7 +56,7 @@ func (r *ZKRegistry) acquireLease(ctx context.Context) (Lease, error) {
 		return nil, fmt.Errorf("recycle mode: the session timeout ZooKeeper granted is unknown (go-zk did not log it), so the lease time cannot be vouched for")
 	}
 	if g := time.Duration(granted) * time.Millisecond; g < r.cfg.TTL {
-		return nil, fmt.Errorf("%w: recycle mode: ZooKeeper granted a session timeout of %s, shorter than the lease TTL %s asked for (the servers' maxSessionTimeout bounds it): lower --lease-ttl to at most %s or raise maxSessionTimeout",
+		return nil, fmt.Errorf("%w: recycle mode: ZooKeeper granted a session timeout of %s, below --lease-ttl %s: lower --lease-ttl to %s or raise maxSessionTimeout (docs/errors.md#zk-session-timeout)",
 			ErrInvalidConfig, g, r.cfg.TTL, g)
 	}
 	leases := path.Dir(r.leasePath(0))

@@ -122,7 +122,7 @@ func (c *clientFlags) checkInbox(nc *nats.Conn) error {
 	if prefix == "" {
 		prefix = strings.TrimSuffix(nats.InboxPrefix, ".")
 	}
-	return fmt.Errorf("the NATS server refuses this user its reply inboxes %s.> (%w): a user that may only subscribe to inboxes of its own prefix (deploy/nats-roles.conf: _INBOX_<user>) needs that prefix in --inbox-prefix (or LEAFBUS_INBOX_PREFIX)", prefix, err)
+	return fmt.Errorf("the NATS server refuses this user its reply inboxes %s.> (%w): give its own prefix in --inbox-prefix (docs/errors.md#inbox-prefix)", prefix, err)
 }
 
 func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
