@@ -88,7 +88,7 @@ func (d *Dispenser) noSampleTag(ctx context.Context) {
 // store restored with it would serve those IDs again. `dispenser fence` makes it safe.
 var ErrDataDirRestored = errors.New("the data dir is older than this node's clock record")
 
-// Restored data dirs (README "When the store goes backwards").
+// Restored data dirs (docs/operations.md "When the store goes backwards").
 const (
 	// restoreSlack is how far the KV clock record may be ahead of the cache file before
 	// the dir counts as restored: both are written in the same beat, once a second, so

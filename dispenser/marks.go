@@ -43,7 +43,7 @@ func (d *Dispenser) openMarks(context.Context) error {
 // With Config.AllowStoreBehind the start goes on instead, the finding logged as an
 // error: the generator still refuses every segment below a mark (those tags answer 503
 // with the reason, a lost tag is unknown until it is added again), and the admin API is
-// there to repair the store (README "When the store goes backwards").
+// there to repair the store (docs/operations.md "When the store goes backwards").
 func (d *Dispenser) checkStoreMarks(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeCheckTimeout)
 	defer cancel()

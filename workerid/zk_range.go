@@ -13,8 +13,8 @@ import (
 // it starts at 0 and only grows; deleting children does not lower it. A datacenter whose
 // range starts above 0 (say 512..1023) therefore needs its own path (--zk-name, or its
 // own ensemble) whose counter has been raised to the range's start before its first node
-// registers: create as many placeholder children and delete them again (README "Several
-// datacenters" has the zkCli lines). Without that the counter
+// registers: create as many placeholder children and delete them again (docs/operations.md
+// "Several datacenters" has the zkCli lines). Without that the counter
 // would hand out 0, 1, 2, ..., another datacenter's IDs, so a node that would get a
 // sequence below the range is refused before anything is created, and one that got it
 // anyway (a race with another node) deletes its node and is refused. A node whose

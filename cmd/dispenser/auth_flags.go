@@ -9,7 +9,7 @@ import (
 // registerSecurityFlags adds the embedded server's security flags and the service
 // connection's own credentials to fs. The --service-* flags authenticate only the
 // connection that answers requests; without them it uses --user/--creds/... like the
-// JetStream connection (README "Who may do what on NATS").
+// JetStream connection (docs/operations.md "Who may do what on NATS").
 func (c *Config) registerSecurityFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSConfig, "nats-config", c.NATSConfig, "nats-server configuration file for the embedded server (accounts, users, permissions, TLS); --listen, --data-dir and --monitor still decide its addresses and store")
 	fs.BoolVar(&c.InsecureListen, "insecure-listen", c.InsecureListen, "let the embedded server listen on a non-loopback address without authentication (refused otherwise; warned about every minute)")

@@ -18,7 +18,7 @@ import (
 const revealUsage = `Usage: dispenser reveal --tag NAME [--bits N] [--id-key-file FILE] [flags] ID [ID ...]
 
 Gives back the segment number behind each ID of the opaque tag NAME, one per line:
-where in the tag's sequence, and so roughly when, the ID was handed out (README
+where in the tag's sequence, and so roughly when, the ID was handed out (docs/design.md
 "Opaque tags"). It needs the deployment's ID key: --id-key-file, or the key itself in
 LEAFBUS_ID_KEY. Without --bits it asks the deployment (leaf.admin.tags.list, with
 --nats and the credential flags) for the tag's width and its key's fingerprint, and

@@ -19,14 +19,14 @@ const tagUsage = `Usage: dispenser tag add --tag NAME --step N [--max-id N] [--d
 
 Manages the segment tags of a running deployment over NATS (leaf.admin.tags.*).
 add and update print the tag as JSON; list prints a table (--json for JSON).
-update --max-id only ever raises max_id: it repairs a store that went backwards (README
+update --max-id only ever raises max_id: it repairs a store that went backwards (docs/operations.md
 "When the store goes backwards"); N must be at least every dispenser's high-water mark.
 --monotonic marks a tag whose every reply is above every reply received before its
-request was sent, across dispensers (README "Monotonic tags").
+request was sent, across dispensers (docs/design.md "Trade-offs").
 --opaque adds a tag whose IDs are the images of its segment numbers under a keyed
 permutation (the answering dispenser's --id-key-file): unique, in no visible order
 or density. --bits N keeps a tag's IDs below 2^N (53: every ID a JavaScript Number
-holds exactly); an opaque tag's width is fixed when it is added (README "Opaque tags").
+holds exactly); an opaque tag's width is fixed when it is added (docs/design.md "Opaque tags").
 
 Flags:
 `
