@@ -116,10 +116,6 @@ type Config struct {
 	MetricsMaxTags int
 }
 
-// HeartbeatInterval is Leaf's (3 s) and PROTOCOL.md's: not configurable, since the
-// start-up wait of a restarted node and the record's meaning depend on it.
-const HeartbeatInterval = 3 * time.Second
-
 // SampleTagName is Leaf's sample row, ready in the embedded default (Config.SampleTag) so
 // that a newcomer's first request works; SampleTagStep is its step.
 const (
@@ -196,8 +192,8 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.checkRegistry()...)
 	errs = append(errs, c.checkWorkerRange()...)
-	if c.LeaseTTL < 4*HeartbeatInterval {
-		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*HeartbeatInterval)
+	if c.LeaseTTL < 4*wire.HeartbeatInterval {
+		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*wire.HeartbeatInterval)
 	}
 	if err := wire.CheckMaxBatch(c.MaxBatch); err != nil {
 		errs = append(errs, err)

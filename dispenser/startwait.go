@@ -20,6 +20,7 @@ import (
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -80,7 +81,7 @@ func (d *Dispenser) runStep(ctx context.Context, s step, deadline time.Time) err
 	// longest such wait, so that a hung attempt is tried again rather than waited for.
 	attemptMax := startAttemptMax
 	if s.name == stepWorkerID || s.name == stepClockCheck {
-		attemptMax = startWaitMax + d.cfg.ClockWaitMax + HeartbeatInterval + d.cfg.clockMargin()
+		attemptMax = startWaitMax + d.cfg.ClockWaitMax + wire.HeartbeatInterval + d.cfg.clockMargin()
 	}
 	for {
 		mark := len(d.closers)

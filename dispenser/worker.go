@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
 
@@ -26,7 +27,7 @@ func (d *Dispenser) openRegistry(ctx context.Context) error {
 		kvCfg.Prefix = cfg.Prefix
 		kvCfg.NodeID = cfg.NodeID
 		kvCfg.TTL = cfg.LeaseTTL
-		kvCfg.RenewInterval = HeartbeatInterval
+		kvCfg.RenewInterval = wire.HeartbeatInterval
 		kvCfg.MinWorkerID, kvCfg.MaxWorkerID = cfg.WorkerIDMin, cfg.WorkerIDMax
 		kvCfg.Replicas = cfg.KVReplicas
 		kvCfg.Logger = d.log.With("component", "kv-registry")
@@ -148,7 +149,7 @@ func (d *Dispenser) guardConfig() workerid.GuardConfig {
 	guardCfg.Cache = cfg.cacheFile()
 	guardCfg.Conn = d.nc
 	guardCfg.Clock = d.clock
-	guardCfg.HeartbeatInterval = HeartbeatInterval
+	guardCfg.HeartbeatInterval = wire.HeartbeatInterval
 	guardCfg.BorrowMax = cfg.clockMargin()
 	guardCfg.ClockWaitMax = cfg.ClockWaitMax
 	guardCfg.PeerSkewMax = cfg.PeerSkewMax
@@ -175,11 +176,11 @@ func (d *Dispenser) startHeartbeat(ctx context.Context) error {
 }
 
 // RecordInterval is how often the heartbeat writes its records: more often than Leaf's
-// HeartbeatInterval (which the records it writes may lag by, as PROTOCOL.md says), so
+// wire.HeartbeatInterval (which the records it writes may lag by, as PROTOCOL.md says), so
 // that the ceiling it allows the generator (record + RecordInterval + --borrow-max, in
 // every record) is close: a node restarted after a crash waits at most that long past
 // its last record before it serves. Records without a ceiling (earlier versions, Leaf)
-// are still taken to allow HeartbeatInterval.
+// are still taken to allow wire.HeartbeatInterval.
 const RecordInterval = time.Second
 
 // heartbeatConfig is the heartbeat's configuration for every worker ID this node holds

@@ -103,3 +103,9 @@ func (s Subjects) ReplyAllowed(reply string) bool {
 // PoolMinAckWait is the shortest ack wait of a pool's consumer: a job uses a batch only
 // when its confirmed ack came within half the ack wait (PROTOCOL.md "Bulk batches").
 const PoolMinAckWait = 30 * time.Second
+
+// HeartbeatInterval is the heartbeat of a node's worker ID, Leaf's 3 s (PROTOCOL.md
+// "Clock records"): a clock record may lag what the node issued by at most this (plus
+// --borrow-max), so a restarted node waits past record + HeartbeatInterval + borrow-max;
+// a KV lease is renewed this often. Not configurable: the records' meaning depends on it.
+const HeartbeatInterval = 3 * time.Second

@@ -52,7 +52,7 @@ type Forever struct {
 // 1 to 5. It keeps no history: only the latest record matters.
 func OpenForever(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*Forever, error) {
 	if bucket == "" {
-		return nil, invalid("forever bucket", "bucket name is empty, want e.g. %q", ForeverBucket(DefaultPrefix))
+		return nil, invalid("forever bucket", "bucket name is empty, want e.g. %q", ForeverBucket(wire.DefaultPrefix))
 	}
 	if err := checkReplicas("forever bucket "+bucket, replicas); err != nil {
 		return nil, err

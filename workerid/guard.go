@@ -35,8 +35,7 @@ var ErrRecordUnavailable = errors.New("no readable record")
 
 // Guard defaults.
 const (
-	DefaultHeartbeatInterval = 3 * time.Second // Leaf's
-	DefaultBorrowMax         = time.Second     // --borrow-max
+	DefaultBorrowMax = time.Second // --borrow-max
 	// DefaultPeerSkewMax is --peer-skew-max. NTP keeps healthy hosts within milliseconds
 	// of each other and a request over NATS adds milliseconds more, so 5 s never trips
 	// on a sane clock, while it catches the real faults (a dead RTC, a wrong time zone,
@@ -99,9 +98,9 @@ type GuardConfig struct {
 // caller.
 func DefaultGuardConfig() GuardConfig {
 	return GuardConfig{
-		Prefix:            DefaultPrefix,
+		Prefix:            wire.DefaultPrefix,
 		Clock:             snowflake.SystemClock(),
-		HeartbeatInterval: DefaultHeartbeatInterval,
+		HeartbeatInterval: wire.HeartbeatInterval,
 		BorrowMax:         DefaultBorrowMax,
 		PeerSkewMax:       DefaultPeerSkewMax,
 		PeerWindow:        DefaultPeerWindow,
@@ -117,7 +116,7 @@ func (c GuardConfig) Validate() error {
 		return fmt.Errorf("%s: NodeID: %w", component, err)
 	}
 	if c.Prefix == "" {
-		return invalid(component, "Prefix is empty, want the subject prefix (%q by default)", DefaultPrefix)
+		return invalid(component, "Prefix is empty, want the subject prefix (%q by default)", wire.DefaultPrefix)
 	}
 	if c.Clock == nil {
 		return invalid(component, "Clock is nil, want the generator's clock (snowflake.SystemClock() by default)")

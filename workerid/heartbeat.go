@@ -10,6 +10,7 @@ import (
 
 	"github.com/leafbus/leafbus/internal/backoff"
 	"github.com/leafbus/leafbus/snowflake"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // ErrNotRecorded is the reason the generator is suspended from NewHeartbeat until the
@@ -99,7 +100,7 @@ type HeartbeatConfig struct {
 func DefaultHeartbeatConfig() HeartbeatConfig {
 	return HeartbeatConfig{
 		Clock:        snowflake.SystemClock(),
-		Interval:     DefaultHeartbeatInterval,
+		Interval:     wire.HeartbeatInterval,
 		BorrowMax:    DefaultBorrowMax,
 		ClockJumpMax: DefaultClockJumpMax,
 		Monotonic:    SystemMonotonic(),

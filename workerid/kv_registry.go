@@ -20,10 +20,8 @@ import (
 
 // KV registry defaults.
 const (
-	DefaultPrefix        = "leaf"
-	DefaultMaxWorkerID   = 1023 // 10 worker bits, Leaf's layout
-	DefaultLeaseTTL      = 30 * time.Second
-	DefaultRenewInterval = 3 * time.Second // Leaf's heartbeat
+	DefaultMaxWorkerID = 1023 // 10 worker bits, Leaf's layout
+	DefaultLeaseTTL    = 30 * time.Second
 )
 
 // casAttempts bounds the read-compare-write loops on the workers bucket. Only a holder
@@ -59,10 +57,10 @@ type KVRegistryConfig struct {
 // leases of 30 s renewed every 3 s, one replica. NodeID is left for the caller.
 func DefaultKVRegistryConfig() KVRegistryConfig {
 	return KVRegistryConfig{
-		Prefix:        DefaultPrefix,
+		Prefix:        wire.DefaultPrefix,
 		MaxWorkerID:   DefaultMaxWorkerID,
 		TTL:           DefaultLeaseTTL,
-		RenewInterval: DefaultRenewInterval,
+		RenewInterval: wire.HeartbeatInterval,
 		Replicas:      1,
 	}
 }
@@ -72,7 +70,7 @@ func DefaultKVRegistryConfig() KVRegistryConfig {
 func (c KVRegistryConfig) Validate() error {
 	const component = "KV registry"
 	if c.Prefix == "" {
-		return invalid(component, "Prefix is empty, want the prefix that names the buckets (%q by default)", DefaultPrefix)
+		return invalid(component, "Prefix is empty, want the prefix that names the buckets (%q by default)", wire.DefaultPrefix)
 	}
 	if err := CheckNodeID(c.NodeID); err != nil {
 		return fmt.Errorf("%s: NodeID: %w", component, err)

@@ -28,7 +28,7 @@ type TimeResponder struct {
 	sub *nats.Subscription
 }
 
-// NewTimeResponder returns a responder for nodeID on <prefix>.time (DefaultPrefix is
+// NewTimeResponder returns a responder for nodeID on <prefix>.time (wire.DefaultPrefix is
 // "leaf"), answering with clock (snowflake.SystemClock() in service). logger nil
 // discards. Errors wrap ErrInvalidConfig or ErrInvalidNodeID.
 func NewTimeResponder(nc *nats.Conn, prefix, nodeID string, clock snowflake.Clock, logger *slog.Logger) (*TimeResponder, error) {
@@ -40,7 +40,7 @@ func NewTimeResponder(nc *nats.Conn, prefix, nodeID string, clock snowflake.Cloc
 		return nil, fmt.Errorf("%s: node ID: %w", component, err)
 	}
 	if prefix == "" {
-		return nil, invalid(component, "prefix is empty, want the subject prefix (%q by default)", DefaultPrefix)
+		return nil, invalid(component, "prefix is empty, want the subject prefix (%q by default)", wire.DefaultPrefix)
 	}
 	if clock == nil {
 		return nil, invalid(component, "clock is nil, want the generator's clock (snowflake.SystemClock() in service)")
