@@ -192,8 +192,8 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.checkRegistry()...)
 	errs = append(errs, c.checkWorkerRange()...)
-	if c.LeaseTTL < 4*wire.HeartbeatInterval {
-		add("--lease-ttl %v: want at least 4 heartbeat intervals (%v), so a node stops issuing (at half the TTL) well after a missed renewal", c.LeaseTTL, 4*wire.HeartbeatInterval)
+	if err := workerid.CheckLeaseTTL(c.LeaseTTL, wire.HeartbeatInterval); err != nil {
+		add("--lease-ttl %v: %v", c.LeaseTTL, err)
 	}
 	if err := wire.CheckMaxBatch(c.MaxBatch); err != nil {
 		errs = append(errs, err)

@@ -20,6 +20,18 @@ func invalid(component, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, component, fmt.Sprintf(format, args...))
 }
 
+// CheckLeaseTTL is the one rule between a worker-ID lease's TTL and its renew interval
+// (the heartbeat): at least 4 renewals, so that a lease survives two failed renewals
+// before the generator is suspended at TTL/2. The dispenser's --lease-ttl, the KV
+// registry and the heartbeat each check it here.
+func CheckLeaseTTL(ttl, renew time.Duration) error {
+	if ttl < 4*renew {
+		return fmt.Errorf("lease TTL %s is shorter than 4 x the renew interval %s (%s): a lease must survive two failed renewals before the generator stops at TTL/2",
+			ttl, renew, 4*renew)
+	}
+	return nil
+}
+
 // duration is a named duration setting, for checks over several of them.
 type duration struct {
 	name string

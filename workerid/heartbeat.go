@@ -132,9 +132,10 @@ func (c HeartbeatConfig) Validate() error {
 	if err != nil {
 		return err
 	}
-	if ttl := c.Lease.TTL(); ttl > 0 && ttl < 4*c.Interval {
-		return invalid(component, "lease TTL %s is shorter than 4 x Interval %s (%s): the generator is suspended at TTL/2 without a renewal, which must span two failed beats",
-			ttl, c.Interval, 4*c.Interval)
+	if ttl := c.Lease.TTL(); ttl > 0 {
+		if err := CheckLeaseTTL(ttl, c.Interval); err != nil {
+			return invalid(component, "%v", err)
+		}
 	}
 	return nil
 }

@@ -419,7 +419,7 @@ func TestHeartbeatConfigValidate(t *testing.T) {
 	}{
 		{"OK", func(*HeartbeatConfig) {}, nil, ""},
 		{"OK/permanent ID", func(c *HeartbeatConfig) { c.Lease = &fakeLease{} }, nil, ""},
-		{"ErrInvalidConfig/TTL", func(c *HeartbeatConfig) { c.Lease = &fakeLease{ttl: 10 * time.Second} }, ErrInvalidConfig, "lease TTL 10s is shorter than 4 x Interval 3s (12s)"},
+		{"ErrInvalidConfig/TTL", func(c *HeartbeatConfig) { c.Lease = &fakeLease{ttl: 10 * time.Second} }, ErrInvalidConfig, "lease TTL 10s is shorter than 4 x the renew interval 3s (12s)"},
 		{"ErrInvalidConfig/no lease", func(c *HeartbeatConfig) { c.Lease = nil }, ErrInvalidConfig, "Lease is nil"},
 		{"ErrInvalidConfig/no generator", func(c *HeartbeatConfig) { c.Generator = nil }, ErrInvalidConfig, "Generator is nil"},
 		{"ErrInvalidConfig/no monotonic clock", func(c *HeartbeatConfig) { c.Monotonic = nil }, ErrInvalidConfig, "Monotonic is nil"},

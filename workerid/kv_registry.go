@@ -81,9 +81,8 @@ func (c KVRegistryConfig) Validate() error {
 	if err := checkPositive(component, duration{"TTL", c.TTL}, duration{"RenewInterval", c.RenewInterval}); err != nil {
 		return err
 	}
-	if c.TTL < 4*c.RenewInterval {
-		return invalid(component, "TTL %s is shorter than 4 x RenewInterval %s (%s): a lease must survive two failed renewals before the generator is suspended at TTL/2",
-			c.TTL, c.RenewInterval, 4*c.RenewInterval)
+	if err := CheckLeaseTTL(c.TTL, c.RenewInterval); err != nil {
+		return invalid(component, "%v", err)
 	}
 	return checkReplicas(component, c.Replicas)
 }

@@ -22,7 +22,7 @@ func TestKVRegistryConfigValidate(t *testing.T) {
 		{"OK/defaults", func(*KVRegistryConfig) {}, nil, nil},
 		{"OK/4x", func(c *KVRegistryConfig) { c.TTL, c.RenewInterval = 4*time.Second, time.Second }, nil, nil},
 		{"OK/only worker ID 0", kvMaxWorkerID(0), nil, nil},
-		{"ErrInvalidConfig/TTL vs RenewInterval", func(c *KVRegistryConfig) { c.TTL = 10 * time.Second }, ErrInvalidConfig, []string{"TTL 10s", "RenewInterval 3s", "12s"}},
+		{"ErrInvalidConfig/TTL vs RenewInterval", func(c *KVRegistryConfig) { c.TTL = 10 * time.Second }, ErrInvalidConfig, []string{"TTL 10s", "renew interval 3s", "12s"}},
 		{"ErrInvalidConfig/zero TTL", func(c *KVRegistryConfig) { c.TTL = 0 }, ErrInvalidConfig, []string{"TTL is 0s", "> 0"}},
 		{"ErrInvalidConfig/zero RenewInterval", func(c *KVRegistryConfig) { c.RenewInterval = 0 }, ErrInvalidConfig, []string{"RenewInterval is 0s"}},
 		{"ErrInvalidConfig/max", kvMaxWorkerID(-2), ErrInvalidConfig, []string{"MaxWorkerID is -2", ">= 0"}},
