@@ -142,6 +142,18 @@ func TestMySQLTagSpellings(t *testing.T) {
 			t.Errorf("update %+v: %v, want a 400", r, err)
 		}
 	}
+	// So do adds of another spelling: the name is taken, by the stored tag.
+	for _, r := range []wire.AddTagRequest{
+		{Tag: "TİNY", Step: &step, Opaque: &on},
+		{Tag: "tıny", Step: &step},
+		{Tag: "Narrow", Step: &step, Bits: &bits},
+		{Tag: "mono ", Step: &step, Monotonic: &on},
+	} {
+		stored := map[byte]string{'T': "tiny", 't': "tiny", 'N': "narrow", 'm': "mono"}[r.Tag[0]]
+		if _, err := admin.AddTag(ctx, r); err == nil || !strings.Contains(err.Error(), wire.Quote(stored)) {
+			t.Errorf("add %q: %v, want a refusal naming %q", r.Tag, err, stored)
+		}
+	}
 	tags, err := admin.Tags(ctx)
 	if err != nil {
 		t.Fatal(err)
