@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/leafbus/leafbus/internal/mysqldsn"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // MySQLSchema is Leaf's leaf_alloc table exactly as PROTOCOL.md gives it ("Segment store
@@ -63,6 +64,8 @@ const (
 	mysqlErrNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
 	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step past BIGINT
 	mysqlErrUnknownSysVar  = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
+	mysqlErrCollationMix   = 1267 // ER_CANT_AGGREGATE_2COLLATIONS: a tag a utf8mb3 biz_tag cannot compare
+	mysqlErrBadString      = 1366 // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: ... nor hold
 
 	// Refusals of this user (ErrStoreDenied).
 	mysqlErrDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: no privilege on the database
@@ -334,6 +337,9 @@ func (s *MySQLStore) take(ctx context.Context, tag string, step int64) (Tag, err
 	if errors.Is(err, ErrTagSpelling) {
 		return Tag{}, err
 	}
+	if e := unstorableTag(tag, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql take: %w", s.denied(err, "UPDATE", "to take segments"))
 	}
@@ -348,6 +354,9 @@ func (s *MySQLStore) Tag(ctx context.Context, tag string) (Tag, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	t, err := scanRow(s.db.QueryRowContext(ctx, mysqlSelectRow, tag))
+	if e := unstorableTag(tag, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql tag: %w", s.denied(err, "SELECT", "to read the tags"))
 	}
@@ -415,6 +424,9 @@ func (s *MySQLStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 	if errors.Is(err, ErrTagSpelling) {
 		return Tag{}, err
 	}
+	if e := unstorableTag(t.Name, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql add: %w", s.denied(err, "INSERT", "to add tags (dispenser tag add)"))
 	}
@@ -471,6 +483,9 @@ func (s *MySQLStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 	})
 	if errors.Is(err, ErrTagSpelling) {
 		return Tag{}, err
+	}
+	if e := unstorableTag(u.Name, err); e != nil {
+		return Tag{}, e
 	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql update: %w", s.denied(err, "UPDATE", "to update tags (dispenser tag update)"))
@@ -544,6 +559,22 @@ func (s *MySQLStore) denied(err error, need, purpose string) error {
 		return fmt.Errorf("%w: the MySQL server refuses user %q (its password in the DSN, or the host it connects from): %w", ErrStoreDenied, s.user, err)
 	}
 	return err
+}
+
+// unstorableTag is the ErrInvalidTag (a 400) of a tag that leaf_alloc's biz_tag column
+// can neither compare nor hold, and nil for any other err: a utf8mb3 column (Leaf's
+// DDL says DEFAULT CHARSET=utf8) and a character of 4 UTF-8 bytes, which MySQL refuses
+// to compare ("Illegal mix of collations") or to store ("Incorrect string value"). No
+// row can have that name, so it is a bad request, not a store failure to retry.
+func unstorableTag(tag string, err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return nil
+	}
+	if me.Number == mysqlErrCollationMix || me.Number == mysqlErrBadString && strings.Contains(me.Message, "biz_tag") {
+		return fmt.Errorf("%w: tag %s holds a character that leaf_alloc's biz_tag column cannot hold (its character set is not utf8mb4): %w", ErrInvalidTag, wire.Quote(tag), err)
+	}
+	return nil
 }
 
 // mysqlErrNumber is the MySQL error number in err's chain, or 0.
