@@ -177,6 +177,9 @@ func (c *Core) addedRange(ctx context.Context, r wire.AddTagRequest, t segment.T
 	switch _, err := c.cfg.Tags.Tag(ctx, r.Tag); {
 	case err == nil:
 		return want, fmt.Errorf("add tag %q: %w", r.Tag, segment.ErrTagExists)
+	case errors.Is(err, segment.ErrTagSpelling):
+		// The store holds it under another spelling: a 409 like any name taken.
+		return want, fmt.Errorf("add tag %q: %w: %v", r.Tag, segment.ErrTagExists, err)
 	case !errors.Is(err, segment.ErrTagNotFound):
 		return want, fmt.Errorf("add tag %q: %w", r.Tag, err)
 	}

@@ -15,6 +15,7 @@ import (
 // knows both the packages' errors and the wire.
 var classes = []struct{ err, class error }{
 	{wire.ErrBadRequest, wire.ErrBadRequest},
+	{segment.ErrTagSpelling, wire.ErrBadRequest}, // names the stored tag; also an ErrInvalidTag
 	{segment.ErrInvalidTag, wire.ErrBadRequest},
 	{snowflake.ErrInvalidID, wire.ErrBadRequest},
 	{wire.ErrNotFound, wire.ErrNotFound},

@@ -34,7 +34,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // paritySegments serves segment tags by name: "orders" from memory; "cold" only after a
 // load (Fill); "down" never (a store that does not answer: Fill waits out its ctx);
-// "gone" is not in the store; "stall" waits until released.
+// "gone" is not in the store; "stall" waits until released; "tİny" is the row "tiny"
+// to the store's collation (ErrTagSpelling).
 type paritySegments struct {
 	next    atomic.Int64
 	release chan struct{}
@@ -59,6 +60,8 @@ func (s *paritySegments) Fill(ctx context.Context, tag string, dst []int64) erro
 	switch tag {
 	case "gone":
 		return fmt.Errorf("segment: tag %q: %w", tag, segment.ErrTagNotFound)
+	case "tİny":
+		return segment.CheckSpelling(tag, "tiny")
 	case "down":
 		<-ctx.Done()
 		return ctx.Err()
@@ -275,6 +278,7 @@ func TestFacesAgree(t *testing.T) {
 		{"EncodedTag", seg, "com.acme.订单 x:y", "2", nil, parityOutcome{200, 2, 1, 0}},
 		{"ColdTagLoads", seg, "cold", "3", nil, parityOutcome{200, 3, 1, 0}},
 		{"ErrUnknownTag", seg, "gone", "", nil, parityOutcome{404, 0, 1, 0}},
+		{"ErrTagSpelling", seg, "tİny", "", nil, parityOutcome{400, 0, 1, 0}},
 		{"ErrStoreDown", seg, "down", "", nil, parityOutcome{503, 0, 1, 0}},
 		{"MonotonicWithLeader", seg, "ordered", "4", nil, parityOutcome{200, 4, 0, 0}},
 		{"ErrMonotonicWithoutLeader", seg, "leaderless", "", nil, parityOutcome{503, 0, 1, 0}},

@@ -3,7 +3,6 @@ package segment
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -41,7 +40,7 @@ func (g *Generator) TakeSegment(ctx context.Context, tag string, step int64) (Ra
 // its mark is read again first, so that no segment is taken while it still is. Takes
 // of one row wait for each other, from the take to the recorded mark (rowLocks).
 func (g *Generator) takeChecked(ctx context.Context, name string, step int64) (*segment, int64, int64, error) {
-	unlock, err := g.rows.lock(ctx, strings.ToLower(name))
+	unlock, err := g.rows.lock(ctx, name)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("segment: tag %q: wait for another take of its row: %w", name, err)
 	}

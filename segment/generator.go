@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/internal/backoff"
-	"github.com/leafbus/leafbus/wire"
 )
 
 // Generator serves segment IDs for every tag of a Store. Create it with New, start it
@@ -510,7 +509,10 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 
 // loadOnce takes one segment for b from the store, checks it against the tag's mark
 // (recording the new mark durably) and installs it. The first load of a tag that was
-// not in the store's list (a lookup) reads the row first, to check the spelling.
+// not in the store's list (a lookup) reads the row first, to check the spelling: a tag
+// is served only by its stored bytes (CheckSpelling), so no segment is taken, no mark
+// raised and no buffer kept for a spelling the store's collation takes for another
+// row. A tag already known by its exact bytes is never checked again.
 func (g *Generator) loadOnce(ctx context.Context, b *buffer, step int64) error {
 	b.mu.Lock()
 	lookup := !b.resident && !b.loaded
@@ -520,7 +522,7 @@ func (g *Generator) loadOnce(ctx context.Context, b *buffer, step int64) error {
 		if err != nil {
 			return err
 		}
-		if err := sameRow(b.name, t.Name); err != nil {
+		if err := CheckSpelling(b.name, t.Name); err != nil {
 			return err
 		}
 	}
@@ -542,10 +544,9 @@ func (g *Generator) guard(name, stored string, seg *segment) error {
 	if marks == nil {
 		return nil
 	}
-	// The store's own name is the key: with MySQL's case-insensitive biz_tag, "Orders"
-	// and "orders" are one row, one range of IDs, so they must share one mark.
-	if !sameSpelling(name, stored) {
-		return fmt.Errorf("segment: tag %q: the store answered with tag %q", name, stored)
+	// The store's own name is the key, and the only spelling served (CheckSpelling).
+	if err := CheckSpelling(name, stored); err != nil {
+		return err
 	}
 	mark := marks.Mark(stored)
 	if seg.start < mark {
@@ -564,27 +565,6 @@ func (g *Generator) guard(name, stored string, seg *segment) error {
 		g.log.Info("segment: the store is at or above the high-water mark again; the tag is served", "tag", name, "mark", mark, "segment_start", seg.start)
 	}
 	return nil
-}
-
-// sameSpelling reports whether a tag asked for as name may be served from the store's
-// row stored: the same name, or one that differs only in letter case (MySQL's biz_tag
-// compares without case, and so do the row locks and the monotonic marks, by
-// strings.ToLower). MySQL's collations equate more (trailing spaces, accents: "cafe"
-// and "café" under utf8mb4_general_ci); such a spelling is refused (sameRow), since
-// the marks, locks and monotonic checks keyed by the lower-cased name would take it
-// for another tag.
-func sameSpelling(name, stored string) bool {
-	return name == stored || strings.ToLower(name) == strings.ToLower(stored)
-}
-
-// sameRow is sameSpelling as the error a request for name gets when the store keeps
-// the row as stored: a 400 (ErrInvalidTag) that names the stored name.
-func sameRow(name, stored string) error {
-	if sameSpelling(name, stored) {
-		return nil
-	}
-	return fmt.Errorf("%w: tag %s is the store's row %s (the store's collation compares them equal); ask for it as %s",
-		ErrInvalidTag, wire.Quote(name), wire.Quote(stored), wire.Quote(stored))
 }
 
 // isBehind reports whether tag's store was last found below its mark.

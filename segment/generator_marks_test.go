@@ -239,15 +239,14 @@ func TestStoreWentBack(t *testing.T) {
 	}
 }
 
-// TestTakesOfOneRowCheckedInOrder: two takes of one row, through two spellings of the
-// tag (one row on MySQL's case-insensitive biz_tag) and through TakeSegment beside a
+// TestTakesOfOneRowCheckedInOrder: two takes of one row, through TakeSegment beside a
 // buffer, are checked against the marks in the order the store granted them. The first
 // take is held, after the store granted its segment, until the second has raised the
 // mark past it, or 300 ms: checked out of order, the first segment would be refused as
 // a store gone backwards (a false alarm, and a repair advice for a store that is fine).
 // With the takes serialized, the second only starts once the first is checked.
 func TestTakesOfOneRowCheckedInOrder(t *testing.T) {
-	for _, second := range []string{"Orders", "TakeSegment"} {
+	for _, second := range []string{"TakeSegment"} {
 		t.Run("OK/"+second, func(t *testing.T) {
 			store := newHookStore()
 			mustAdd(t, store, Tag{Name: "orders", Step: 10})

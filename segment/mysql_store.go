@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/leafbus/leafbus/internal/mysqldsn"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // MySQLSchema is Leaf's leaf_alloc table exactly as PROTOCOL.md gives it ("Segment store
@@ -63,6 +64,8 @@ const (
 	mysqlErrNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
 	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step past BIGINT
 	mysqlErrUnknownSysVar  = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
+	mysqlErrCollationMix   = 1267 // ER_CANT_AGGREGATE_2COLLATIONS: a tag a utf8mb3 biz_tag cannot compare
+	mysqlErrBadString      = 1366 // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: ... nor hold
 
 	// Refusals of this user (ErrStoreDenied).
 	mysqlErrDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: no privilege on the database
@@ -106,7 +109,11 @@ type MySQLConfig struct {
 // connections), so no two are granted the same range. Safe for concurrent use.
 //
 // biz_tag compares with the table's collation, case-insensitively by default, as in
-// Leaf: "Orders" and "orders" name one row, so AddTag of one refuses the other.
+// Leaf: "Orders" and "orders" name one row, so AddTag of one refuses the other. A tag
+// is its row's stored bytes: Tag, Take and UpdateTag of a name that the collation
+// equates with a row stored under another spelling ("Orders", "orders " or "ördérs"
+// for the row "orders") refuse it with ErrTagSpelling, naming the row, and change
+// nothing, so nothing downstream ever keys a rule by a second spelling.
 type MySQLStore struct {
 	db       *sql.DB
 	timeout  time.Duration
@@ -131,7 +138,7 @@ const (
 	mysqlInsert      = "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES (?, ?, ?, ?)"
 	mysqlUpdateStep  = "UPDATE leaf_alloc SET step = ? WHERE biz_tag = ?"
 	mysqlUpdateDescr = "UPDATE leaf_alloc SET description = ? WHERE biz_tag = ?"
-	mysqlLockMaxID   = "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE"
+	mysqlLockRow     = "SELECT biz_tag, max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE"
 	mysqlUpdateMaxID = "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?"
 )
 
@@ -313,6 +320,9 @@ func (s *MySQLStore) take(ctx context.Context, tag string, step int64) (Tag, err
 		if t, err = scanRow(tx.QueryRowContext(ctx, mysqlSelectRow, tag)); err != nil {
 			return err
 		}
+		if err := CheckSpelling(tag, t.Name); err != nil {
+			return err // rolled back: the row of another spelling keeps its max_id
+		}
 		used := step
 		if used == 0 {
 			used = t.Step
@@ -324,6 +334,12 @@ func (s *MySQLStore) take(ctx context.Context, tag string, step int64) (Tag, err
 		}
 		return nil
 	})
+	if errors.Is(err, ErrTagSpelling) {
+		return Tag{}, err
+	}
+	if e := unstorableTag(tag, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql take: %w", s.denied(err, "UPDATE", "to take segments"))
 	}
@@ -338,8 +354,14 @@ func (s *MySQLStore) Tag(ctx context.Context, tag string) (Tag, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	t, err := scanRow(s.db.QueryRowContext(ctx, mysqlSelectRow, tag))
+	if e := unstorableTag(tag, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql tag: %w", s.denied(err, "SELECT", "to read the tags"))
+	}
+	if err := CheckSpelling(tag, t.Name); err != nil {
+		return Tag{}, err
 	}
 	return t, nil
 }
@@ -383,14 +405,28 @@ func (s *MySQLStore) AddTag(ctx context.Context, t Tag) (Tag, error) {
 		descr := sql.NullString{String: t.Description, Valid: t.Description != ""}
 		_, err := tx.ExecContext(ctx, mysqlInsert, t.Name, t.MaxID, t.Step, descr)
 		if mysqlErrNumber(err) == mysqlErrDupEntry {
+			// The collation may equate the name with a row of another spelling: say which.
+			if row, rerr := scanRow(tx.QueryRowContext(ctx, mysqlSelectRow, t.Name)); rerr == nil && row.Name != t.Name {
+				return fmt.Errorf("tag %q: %w: it is stored as %q", t.Name, ErrTagExists, row.Name)
+			}
 			return fmt.Errorf("tag %q: %w", t.Name, ErrTagExists)
 		}
 		if err != nil {
 			return err
 		}
-		added, err = scanRow(tx.QueryRowContext(ctx, mysqlSelectRow, t.Name))
-		return err
+		if added, err = scanRow(tx.QueryRowContext(ctx, mysqlSelectRow, t.Name)); err != nil {
+			return err
+		}
+		// A column that cannot hold the name as given (a utf8mb3 table and a 4-byte
+		// character, stored as "?") is refused, rolled back.
+		return CheckSpelling(t.Name, added.Name)
 	})
+	if errors.Is(err, ErrTagSpelling) {
+		return Tag{}, err
+	}
+	if e := unstorableTag(t.Name, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql add: %w", s.denied(err, "INSERT", "to add tags (dispenser tag add)"))
 	}
@@ -408,15 +444,22 @@ func (s *MySQLStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 	}
 	var updated Tag
 	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// The row first, under its write lock: it must be there, and by this spelling.
+		var (
+			stored  string
+			current int64
+		)
+		err := tx.QueryRowContext(ctx, mysqlLockRow, u.Name).Scan(&stored, &current)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("tag %q: %w", u.Name, ErrTagNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lock tag %q: %w", u.Name, err)
+		}
+		if err := CheckSpelling(u.Name, stored); err != nil {
+			return err
+		}
 		if u.MaxID != nil {
-			var current int64
-			err := tx.QueryRowContext(ctx, mysqlLockMaxID, u.Name).Scan(&current)
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("tag %q: %w", u.Name, ErrTagNotFound)
-			}
-			if err != nil {
-				return fmt.Errorf("lock tag %q: %w", u.Name, err)
-			}
 			if err := checkRaise(u.Name, current, *u.MaxID); err != nil {
 				return err
 			}
@@ -435,10 +478,15 @@ func (s *MySQLStore) UpdateTag(ctx context.Context, u TagUpdate) (Tag, error) {
 				return err
 			}
 		}
-		var err error
 		updated, err = scanRow(tx.QueryRowContext(ctx, mysqlSelectRow, u.Name))
 		return err
 	})
+	if errors.Is(err, ErrTagSpelling) {
+		return Tag{}, err
+	}
+	if e := unstorableTag(u.Name, err); e != nil {
+		return Tag{}, e
+	}
 	if err != nil {
 		return Tag{}, fmt.Errorf("segment: mysql update: %w", s.denied(err, "UPDATE", "to update tags (dispenser tag update)"))
 	}
@@ -511,6 +559,22 @@ func (s *MySQLStore) denied(err error, need, purpose string) error {
 		return fmt.Errorf("%w: the MySQL server refuses user %q (its password in the DSN, or the host it connects from): %w", ErrStoreDenied, s.user, err)
 	}
 	return err
+}
+
+// unstorableTag is the ErrInvalidTag (a 400) of a tag that leaf_alloc's biz_tag column
+// can neither compare nor hold, and nil for any other err: a utf8mb3 column (Leaf's
+// DDL says DEFAULT CHARSET=utf8) and a character of 4 UTF-8 bytes, which MySQL refuses
+// to compare ("Illegal mix of collations") or to store ("Incorrect string value"). No
+// row can have that name, so it is a bad request, not a store failure to retry.
+func unstorableTag(tag string, err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return nil
+	}
+	if me.Number == mysqlErrCollationMix || me.Number == mysqlErrBadString && strings.Contains(me.Message, "biz_tag") {
+		return fmt.Errorf("%w: tag %s holds a character that leaf_alloc's biz_tag column cannot hold (its character set is not utf8mb4): %w", ErrInvalidTag, wire.Quote(tag), err)
+	}
+	return nil
 }
 
 // mysqlErrNumber is the MySQL error number in err's chain, or 0.

@@ -493,8 +493,8 @@ func TestMySQLStoreRaiseMaxIDWaitsForTake(t *testing.T) {
 
 // TestMySQLStoreRestoredBackupMarks: leaf_alloc is put back to an older copy under a
 // running dispenser (rows restored by plain SQL). The tag is refused, with no ID
-// repeated, also under another spelling that MySQL maps to the same row; the other tag
-// is served; the start-up check names it; UpdateTag raises max_id and serving resumes.
+// repeated (another spelling that MySQL maps to the same row is refused throughout,
+// ErrTagSpelling, and takes nothing); the other tag is served; the start-up check names it; UpdateTag raises max_id and serving resumes.
 func TestMySQLStoreRestoredBackupMarks(t *testing.T) {
 	s := openMySQL(t, testenv.MariaDB(t).NewDatabase(t))
 	db := testenv.OpenDB(t, s.dsn)
@@ -503,19 +503,22 @@ func TestMySQLStoreRestoredBackupMarks(t *testing.T) {
 	marks := NewInmemMarks()
 	g, _ := startMarked(t, marksConfig(t, s, marks))
 	var seen idSet
-	for i := range 30 {
-		// One row, one range of IDs, whatever the case of the request.
-		seen.add(t, "orders", fill(t, g, []string{"orders", "Orders"}[i%2], 1))
+	refuseOrders := func() {
+		t.Helper()
+		if err := g.Fill(ctx, "Orders", make([]int64, 1)); !errors.Is(err, ErrTagSpelling) {
+			t.Fatalf("Fill(Orders) = %v, want ErrTagSpelling", err)
+		}
 	}
-	// Each spelling has its own buffer, each with a segment preloaded.
-	for _, name := range []string{"orders", "Orders"} {
-		b := g.bufferOf(name)
-		waitFor(t, name+"'s preload", func() bool {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			return b.next != nil && !b.loading
-		})
+	for range 30 {
+		seen.add(t, "orders", fill(t, g, "orders", 1))
+		refuseOrders()
 	}
+	b := g.bufferOf("orders")
+	waitFor(t, "orders' preload", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.next != nil && !b.loading
+	})
 	mark := marks.Mark("orders")
 	if all := marks.All(); len(all) != 1 || mark <= seen.max("orders") {
 		t.Fatalf("marks %v, want one, under the row's own name, above every ID served (up to %d)", all, seen.max("orders"))
@@ -524,20 +527,19 @@ func TestMySQLStoreRestoredBackupMarks(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'orders'"); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"orders", "Orders"} {
-		err := fillUntilRefused(t, g, &seen, name, 30)
-		if !strings.Contains(err.Error(), fmt.Sprintf("below %d", mark)) {
-			t.Errorf("refusal of %s = %v, want it to name the mark %d", name, err, mark)
-		}
+	err := fillUntilRefused(t, g, &seen, "orders", 30)
+	if !strings.Contains(err.Error(), fmt.Sprintf("below %d", mark)) {
+		t.Errorf("refusal of orders = %v, want it to name the mark %d", err, mark)
 	}
+	refuseOrders()
 	seen.add(t, "users", fill(t, g, "users", 4))
-	// One refused Take per spelling, [1, 11) and [11, 21); then reads only.
-	err := CheckStoreAgainstMarks(ctx, s, marks)
-	if want := fmt.Sprintf("orders (max_id 21, mark %d)", mark); !errors.Is(err, ErrStoreWentBack) || !strings.Contains(err.Error(), want) {
+	// One refused Take, [1, 11); then reads only.
+	err = CheckStoreAgainstMarks(ctx, s, marks)
+	if want := fmt.Sprintf("orders (max_id 11, mark %d)", mark); !errors.Is(err, ErrStoreWentBack) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("CheckStoreAgainstMarks = %v, want ErrStoreWentBack naming %s", err, want)
 	}
 
-	low := mark - 1 // upward from 21, so allowed, but not enough
+	low := mark - 1 // upward from 11, so allowed, but not enough
 	if _, err := s.UpdateTag(ctx, TagUpdate{Name: "orders", MaxID: &low}); err != nil {
 		t.Fatalf("UpdateTag(max_id %d): %v", low, err)
 	}
@@ -550,7 +552,6 @@ func TestMySQLStoreRestoredBackupMarks(t *testing.T) {
 	dst := make([]int64, 3)
 	waitFor(t, "orders to serve again", func() bool { return g.Fill(ctx, "orders", dst) == nil })
 	seen.add(t, "orders", dst)
-	// Both spellings' loaders take a segment once repaired: this one may be second.
 	if dst[0] < mark {
 		t.Fatalf("first IDs after the repair = %v, want them at or above the mark %d", dst, mark)
 	}
@@ -636,47 +637,5 @@ func TestMySQLStoreMissingGrant(t *testing.T) {
 	// Not every error is a refusal: with SELECT left, a missing tag is still that.
 	if _, err := leaf.Tag(ctx, "nope"); !errors.Is(err, ErrTagNotFound) || errors.Is(err, ErrStoreDenied) {
 		t.Errorf("Tag of a missing tag: %v, want ErrTagNotFound", err)
-	}
-}
-
-// TestMySQLGeneratorSpellings: MySQL's collation decides which row a name matches
-// (utf8mb4_general_ci here: without case, trailing spaces and accents). The generator
-// serves a spelling that differs from the row's name only in case, as Leaf does, and
-// refuses with a 400 (ErrInvalidTag) naming the row one that the collation equates
-// otherwise ("cafe " or "café" for the row "cafe"), without taking a segment: the marks,
-// row locks and monotonic marks fold names by case alone, and would take such a
-// spelling for another tag. Leaf-style names (dotted, colon, space, Chinese) inserted
-// by plain SQL are served by their names.
-func TestMySQLGeneratorSpellings(t *testing.T) {
-	s := openMySQL(t, testenv.MariaDB(t).NewDatabase(t))
-	db := testenv.OpenDB(t, s.dsn)
-	ctx := testCtx(t)
-	rows := []string{"cafe", "com.acme.order", "order:create", "order create", "订单"}
-	for i, name := range rows {
-		if _, err := db.ExecContext(ctx, "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES (?, ?, 10)", name, 1+1000*i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := testConfig(t, s)
-	cfg.RefreshInterval = time.Hour
-	g, _ := startGenerator(t, cfg)
-	for i, name := range rows {
-		dst := make([]int64, 1)
-		if err := g.Fill(ctx, name, dst); err != nil || dst[0] != int64(1+1000*i) {
-			t.Errorf("Fill(%q) = %v, %v; want ID %d", name, dst, err, 1+1000*i)
-		}
-	}
-	dst := make([]int64, 1)
-	if err := g.Fill(ctx, "CAFE", dst); err != nil || dst[0] != 11 {
-		t.Errorf("Fill(CAFE) = %v, %v; want the row cafe's next segment, 11", dst, err)
-	}
-	for _, spelling := range []string{"cafe ", "café", "CAFÉ"} {
-		err := g.Fill(ctx, spelling, dst)
-		if !errors.Is(err, ErrInvalidTag) || !strings.Contains(err.Error(), `as "cafe"`) {
-			t.Errorf("Fill(%q) = %v, want ErrInvalidTag naming the row cafe", spelling, err)
-		}
-	}
-	if row, err := s.Tag(ctx, "cafe"); err != nil || row.MaxID != 21 {
-		t.Errorf("row cafe = %+v, %v; want max_id 21: two segments taken, none for a refused spelling", row, err)
 	}
 }

@@ -10,14 +10,10 @@ import (
 // store granted first but checked second would meet the mark the later one already
 // raised, and be refused as if the store had gone backwards. That false alarm refuses
 // the tag until the next recheck and tells an operator to repair a store that is fine.
-// One row has two takers when a tag is asked for in two spellings (MySQL's biz_tag is
-// case-insensitive: "Orders" and "orders" are one row, two buffers), and when a
-// monotonic tag's fresh segments (TakeSegment) are taken beside its buffer's loads.
-//
-// Keys are lower-cased, MySQL's rule. On a case-sensitive store that serializes the
-// takes of spellings that are separate rows too, which costs one store round trip of
-// waiting in a case that is itself rare. A lock lives only while someone holds or
-// waits for it, so 10,000 tags cost nothing between loads.
+// One row has two takers when a monotonic tag's fresh segments (TakeSegment) are
+// taken beside its buffer's loads. Keys are the tags' exact bytes: a tag is served only
+// by its stored spelling (CheckSpelling), so one row is one key. A lock lives only
+// while someone holds or waits for it, so 10,000 tags cost nothing between loads.
 type rowLocks struct {
 	mu    sync.Mutex
 	locks map[string]*rowLock

@@ -11,6 +11,9 @@ import (
 // store at once; Take must never hand the same range out twice, to anyone.
 //
 // Names that fail CheckTagName are refused with ErrInvalidTag before the store is asked.
+// A tag is its stored bytes: a store that finds rows by a collation (MySQL) answers
+// Take, Tag and UpdateTag of a name it takes for a row stored under another spelling
+// with ErrTagSpelling (CheckSpelling), changing nothing.
 type Store interface {
 	// Take advances tag's max_id by step (by the tag's stored step when step is 0) in one
 	// atomic operation and returns the tag as it is after the update. The segment it

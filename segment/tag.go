@@ -21,6 +21,37 @@ const (
 // outside what the protocol and leaf_alloc allow. The message names the value.
 var ErrInvalidTag = errors.New("invalid tag")
 
+// ErrTagSpelling is returned when a tag is asked for by a spelling that its store
+// takes for a row stored under another one: MySQL's biz_tag compares by the table's
+// collation, which may equate "tİny", "TINY", "tíny" or "tiny " with the row "tiny".
+// Such a spelling is refused, never served: every rule keyed by a tag (its range,
+// width and key, its monotonic mark, its high-water mark, its pool, its metrics) knows
+// it by its stored bytes, so a second spelling would be served past them. The error
+// matches ErrInvalidTag too (a 400), and its message names the stored tag.
+var ErrTagSpelling = errors.New("tag stored under another spelling")
+
+// spellingError is ErrTagSpelling for one spelling and its stored tag.
+type spellingError struct{ asked, stored string }
+
+func (e *spellingError) Error() string {
+	return fmt.Sprintf("tag %s is stored as %s: ask for %s", wire.Quote(e.asked), wire.Quote(e.stored), wire.Quote(e.stored))
+}
+
+func (e *spellingError) Is(target error) bool {
+	return target == ErrTagSpelling || target == ErrInvalidTag
+}
+
+// CheckSpelling returns nil when the tag asked for is byte for byte the tag stored,
+// and an error matching ErrTagSpelling and ErrInvalidTag that names the stored tag
+// otherwise. Stores that compare by a collation call it on every row they find by a
+// name, and the generator on every tag it looks up, before anything is keyed by it.
+func CheckSpelling(asked, stored string) error {
+	if asked == stored {
+		return nil
+	}
+	return &spellingError{asked: asked, stored: stored}
+}
+
 // CheckTagName returns nil when name is a valid tag (wire.CheckTag: 1 to 128 characters
 // of A-Z a-z 0-9 _ -), and an error wrapping ErrInvalidTag that names the value
 // otherwise. It allocates nothing on success, so the request path can call it freely.
