@@ -46,7 +46,6 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	mc.Prefix, mc.NodeID, mc.Replicas = cfg.Prefix, cfg.NodeID, cfg.KVReplicas
 	mc.Conn, mc.JetStream, mc.Segments = d.nc, d.js, d.segments
 	mc.CodeOf = core.CodeOf
-	mc.FoldCase = cfg.SegmentStore == "mysql"
 	mc.LeaseTTL, mc.RenewInterval = cfg.MonotonicLeaseTTL, cfg.MonotonicLeaseTTL/6
 	// A forwarded message must fit the server's max_payload (8 bytes an ID) and carry at
 	// least one request; a --max-batch too large for that is refused by monotonic.New.

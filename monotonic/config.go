@@ -56,11 +56,6 @@ type Config struct {
 
 	// Segments is where a leader's fresh segments come from. Required.
 	Segments SegmentTaker
-	// FoldCase says that the segment store compares tag names without case (MySQL's
-	// biz_tag), so a tag that differs only in case from a monotonic one is the same row:
-	// it is refused with a 400 rather than served out of order. On a store that tells
-	// them apart (KV) they are two tags, and both are served.
-	FoldCase bool
 	// CodeOf turns the error a leader answers a forwarded request with into a wire code
 	// and the text to send (core.CodeOf, the one table of codes: a 500 hides its
 	// details, which the leader logs). Required.

@@ -179,9 +179,10 @@
 // has taken it in, refusing while one of them is of a version that knows no ranges
 // (ranges.go says how each source counts).
 //
-// With a MySQL store (Config.FoldCase), a tag whose name differs only in case from a
-// monotonic one is refused (400), since MySQL keeps both as one row; the KV store keeps
-// them apart, and there both are served. Pools never serve a monotonic tag, and the
+// Marks and ranges are keyed by a tag's exact bytes: a MySQL store, whose collation
+// would take "Mono" or "mönö" for the row "mono", refuses every spelling but the row's
+// own (segment.ErrTagSpelling, a 400), so no other spelling is ever served; the KV store
+// keeps them apart as two tags. Pools never serve a monotonic tag, and the
 // JetStream pool stream purges the batches it stored for a tag before it was marked:
 // both ask IsMonotonic through core.Ordinary, the pools' one segment source.
 package monotonic

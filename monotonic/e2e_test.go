@@ -274,7 +274,8 @@ func TestLeaseWrittenAsTagTurnsOrdinary(t *testing.T) {
 
 // TestPromiseMySQLStore: the same promise with Leaf's leaf_alloc in MariaDB as the
 // segment store (the mark lives in KV either way), and a request whose tag differs only
-// in case from the monotonic one, which MySQL keeps as the same row, is refused.
+// in case from the monotonic one, which MySQL takes for the same row, is refused by the
+// store (segment.ErrTagSpelling), never served out of order.
 func TestPromiseMySQLStore(t *testing.T) {
 	e := newEnv(t)
 	e.mysqlDSN = testenv.MariaDB(t).NewDatabase(t)

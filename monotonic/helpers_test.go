@@ -114,7 +114,6 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	cfg.Prefix, cfg.NodeID, cfg.Conn, cfg.JetStream, cfg.Replicas = e.prefix, name, n.nc, js, e.replicas
 	cfg.Segments, cfg.LeaseTTL, cfg.RenewInterval = n.gen, e.ttl, e.renew
 	cfg.CodeOf = core.CodeOf
-	cfg.FoldCase = e.mysqlDSN != ""
 	cfg.Logger = e.logger(name, "monotonic")
 	cfg.MemoryFile = filepath.Join(e.dataDir(name), "monotonic.tags")
 	cfg.ServiceID = func() string { return n.svc.Info().ID }

@@ -191,7 +191,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.base = m.clock()
 	// The remembered tags are monotonic from the start, whatever the bucket says.
-	m.marks.Store(newMarkSet(cfg.FoldCase, mem.all()))
+	m.marks.Store(newMarkSet(mem.all()))
 	m.ranges.Store(&rangeSet{})
 	m.states.Store(&map[string]*tagState{})
 	m.optsCfg = jetstream.KeyValueConfig{
@@ -240,8 +240,7 @@ func (m *Manager) Ready() <-chan struct{} { return m.ready }
 var errNotReady = fmt.Errorf("%w: monotonic: the monotonic tag marks are not loaded", wire.ErrUnavailable)
 
 // IsMonotonic reports whether tag is marked monotonic. It costs a map lookup and never
-// waits; it fails with a 503 until the marks are loaded, and with a 400 for a name that
-// differs only in case from a marked tag.
+// waits; it fails with a 503 until the marks are loaded.
 func (m *Manager) IsMonotonic(tag string) (bool, error) {
 	if !m.isReady.Load() {
 		return false, errNotReady

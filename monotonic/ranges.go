@@ -56,22 +56,16 @@ type rangeEntry struct {
 }
 
 // rangeSet is the tags whose range is not the default, or that are refused, as
-// published for the request path; like markSet, with the lower-case names on a store
-// that folds case. Never changed once published.
+// published for the request path, by their exact bytes (like markSet: the store refuses
+// every other spelling of a row). Never changed once published.
 type rangeSet struct {
-	exact  map[string]rangeEntry
-	folded map[string]string // lower case -> the name; empty unless Config.FoldCase
+	exact map[string]rangeEntry
 }
 
-// lookup returns tag's entry. A name that differs only in case from a tag with a range
-// is refused on a store that folds case: it is the same row, and served without the
-// range it would hand out that tag's numbers raw.
+// lookup returns tag's entry: the default range for a tag with none.
 func (s *rangeSet) lookup(tag string) (wire.TagRange, error) {
 	if e, ok := s.exact[tag]; ok {
 		return e.r, e.err
-	}
-	if name, ok := foldedName(s.folded, tag); ok {
-		return wire.TagRange{}, wire.BadRequest("tag %q differs only in case from the tag %q, whose range is %s and which may be the same row of the segment store: ask for %q", tag, name, s.exact[name].r, name)
 	}
 	return wire.TagRange{}, nil
 }
@@ -148,8 +142,7 @@ func resolveRange(tag string, value *optValue, mem, rec *wire.TagRange) (r wire.
 // TagRange returns tag's range as this dispenser serves it, costing a map lookup: the
 // default for most tags. It fails with a 503 until the marks are loaded, while a new
 // range is being written to the data dir, and for a tag whose range is in doubt
-// (ErrRangeConflict); with a 400 for a name that differs only in case from a tag with
-// a range on a store that folds case.
+// (ErrRangeConflict).
 func (m *Manager) TagRange(tag string) (wire.TagRange, error) {
 	if !m.isReady.Load() {
 		return wire.TagRange{}, errNotReady
@@ -206,7 +199,7 @@ func (m *Manager) recomputeRanges() {
 	for name := range m.recorded {
 		names[name] = true
 	}
-	next := &rangeSet{exact: make(map[string]rangeEntry, len(names)), folded: map[string]string{}}
+	next := &rangeSet{exact: make(map[string]rangeEntry, len(names))}
 	for name := range names {
 		var value *optValue
 		if v, ok := m.optRange[name]; ok {
@@ -242,11 +235,6 @@ func (m *Manager) recomputeRanges() {
 		}
 		if writeBack && err == nil && !r.IsDefault() {
 			m.writeBackRange(name)
-		}
-	}
-	if m.cfg.FoldCase {
-		for name := range next.exact {
-			next.folded[strings.ToLower(name)] = name
 		}
 	}
 	m.ranges.Store(next)

@@ -101,64 +101,21 @@ func expectRange(v *optValue, mem, rec *wire.TagRange) (wire.TagRange, bool, boo
 	return wire.TagRange{}, false, false
 }
 
-// TestRangeSetLookup: a tag with a range is found by its name; on a store that folds
-// case another spelling of it is refused (400), on one that does not it is another
-// tag with the default range.
+// TestRangeSetLookup: a tag with a range is found by its exact name; any other spelling
+// is another tag with the default range (the segment store refuses the spellings its
+// collation would take for the row: segment.ErrTagSpelling).
 func TestRangeSetLookup(t *testing.T) {
 	r := wire.TagRange{Bits: 53}
-	s := &rangeSet{exact: map[string]rangeEntry{"Orders": {r: r}}, folded: map[string]string{"orders": "Orders"}}
+	s := &rangeSet{exact: map[string]rangeEntry{"Orders": {r: r}}}
 	if got, err := s.lookup("Orders"); err != nil || got != r {
 		t.Errorf("lookup(Orders) = %v, %v; want %v", got, err, r)
 	}
-	if _, err := s.lookup("ORDERS"); !errors.Is(err, wire.ErrBadRequest) {
-		t.Errorf("lookup(ORDERS) on a folding store = %v, want a 400", err)
-	}
-	if got, err := s.lookup("users"); err != nil || !got.IsDefault() {
-		t.Errorf("lookup(users) = %v, %v; want the default", got, err)
-	}
-	s.folded = map[string]string{}
-	if got, err := s.lookup("ORDERS"); err != nil || !got.IsDefault() {
-		t.Errorf("lookup(ORDERS) on a store that tells case apart = %v, %v; want the default", got, err)
+	for _, other := range []string{"ORDERS", "orders", "users"} {
+		if got, err := s.lookup(other); err != nil || !got.IsDefault() {
+			t.Errorf("lookup(%s) = %v, %v; want the default", other, got, err)
+		}
 	}
 	if testing.AllocsPerRun(100, func() { _, _ = s.lookup("Orders") }) != 0 {
 		t.Error("lookup allocates")
-	}
-}
-
-// TestFoldedLookups: on a store that folds case, a name that differs only in case from a
-// marked tag, or from a tag with a range, is refused (it is the same row); the exact
-// name and unrelated names are not, and a name longer than any tag is never folded.
-func TestFoldedLookups(t *testing.T) {
-	marks := newMarkSet(true, map[string]bool{"Orders": true})
-	ranges := &rangeSet{
-		exact:  map[string]rangeEntry{"Pay": {r: wire.TagRange{Bits: 53}}},
-		folded: map[string]string{"pay": "Pay"},
-	}
-	long := string(make([]byte, wire.MaxTagLen+1))
-	for _, c := range []struct {
-		tag          string
-		mono         bool
-		markRefused  bool
-		rangeRefused bool
-	}{
-		{tag: "Orders", mono: true},
-		{tag: "orders", markRefused: true},
-		{tag: "ORDERS", markRefused: true},
-		{tag: "Pay"},
-		{tag: "pAY", rangeRefused: true},
-		{tag: "other"},
-		{tag: long},
-	} {
-		mono, err := marks.lookup(c.tag)
-		if mono != c.mono || (err != nil) != c.markRefused {
-			t.Errorf("markSet.lookup(%.12q) = %v, %v; want %v, refused %v", c.tag, mono, err, c.mono, c.markRefused)
-		}
-		_, err = ranges.lookup(c.tag)
-		if (err != nil) != c.rangeRefused {
-			t.Errorf("rangeSet.lookup(%.12q) = %v; want refused %v", c.tag, err, c.rangeRefused)
-		}
-	}
-	if name, ok := foldedName(nil, "x"); ok || name != "" {
-		t.Errorf("foldedName(nil) = %q, %v", name, ok)
 	}
 }

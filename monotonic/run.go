@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -392,24 +391,10 @@ func (m *Manager) marksResynced(applied map[string]uint64) {
 }
 
 // served reports whether this dispenser took a segment of tag (it has a high-water mark
-// of it: Config.SegmentMarks), or of a name that is the same row of a store that folds
-// case; without marks, every tag counts as served.
+// of it: Config.SegmentMarks); without marks, every tag counts as served.
 func (m *Manager) served(tag string) bool {
 	marks := m.cfg.SegmentMarks
-	switch {
-	case marks == nil:
-		return true
-	case marks.Mark(tag) > 0:
-		return true
-	case !m.cfg.FoldCase:
-		return false
-	}
-	for t := range marks.All() {
-		if strings.EqualFold(t, tag) {
-			return true
-		}
-	}
-	return false
+	return marks == nil || marks.Mark(tag) > 0
 }
 
 // marked reports whether name is marked monotonic: by its value in <prefix>_tagopts,
@@ -488,7 +473,7 @@ func (m *Manager) reconcile() {
 		}
 	}
 	if !maps.Equal(m.marks.Load().exact, want) {
-		m.marks.Store(newMarkSet(m.cfg.FoldCase, want))
+		m.marks.Store(newMarkSet(want))
 	}
 	if changed {
 		next := make(map[string]*tagState, len(m.tags))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,64 +21,26 @@ import (
 // default range is left out.
 type tagOptions = wire.TagOptions
 
-// markSet is the tags marked monotonic as this dispenser last saw them, by exact name
-// and, on a store that compares tags without case (MySQL's biz_tag: "Orders" and
-// "orders" are one row, one range of IDs), by lower-case name. Never changed once
-// published.
+// markSet is the tags marked monotonic as this dispenser last saw them, by their exact
+// bytes: a tag is one tag however its store compares it, because the segment store
+// refuses every spelling of a row but its own (segment.ErrTagSpelling), so no other
+// spelling of a monotonic tag is ever served. Never changed once published.
 type markSet struct {
-	fold   bool // the store compares tag names without case (Config.FoldCase)
-	exact  map[string]bool
-	folded map[string]string // lower case -> the marked name; empty unless fold
+	exact map[string]bool
 }
 
-// lookup says whether tag is marked. A tag that is not marked but differs only in case
-// from one that is could be the same row of a MySQL store: it is refused, since
-// serving it as an ordinary tag would hand out IDs of the marked tag out of order.
-func (s *markSet) lookup(tag string) (bool, error) {
-	if s.exact[tag] {
-		return true, nil
-	}
-	if marked, ok := foldedName(s.folded, tag); ok {
-		return false, wire.BadRequest("tag %q differs only in case from the monotonic tag %q, which may be the same row of the segment store: ask for %q", tag, marked, marked)
-	}
-	return false, nil
-}
+// lookup says whether tag is marked.
+func (s *markSet) lookup(tag string) (bool, error) { return s.exact[tag], nil }
 
-// foldedName returns the name folded holds under tag's lower-case form (ASCII, as
-// MySQL's default collations fold it), without allocating: it runs on every request.
-func foldedName(folded map[string]string, tag string) (string, bool) {
-	if len(folded) == 0 || len(tag) > wire.MaxTagLen {
-		return "", false
-	}
-	var buf [wire.MaxTagLen]byte
-	lower := buf[:len(tag)]
-	for i := 0; i < len(tag); i++ {
-		c := tag[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		lower[i] = c
-	}
-	name, ok := folded[string(lower)]
-	return name, ok
-}
-
-// newMarkSet is the set of tags, with their lower-case names when fold.
-func newMarkSet(fold bool, tags map[string]bool) *markSet {
-	s := &markSet{fold: fold, exact: make(map[string]bool, len(tags)), folded: make(map[string]string)}
+// newMarkSet is the set of tags marked on.
+func newMarkSet(tags map[string]bool) *markSet {
+	s := &markSet{exact: make(map[string]bool, len(tags))}
 	for t, on := range tags {
 		if on {
-			s.add(t)
+			s.exact[t] = true
 		}
 	}
 	return s
-}
-
-func (s *markSet) add(tag string) {
-	s.exact[tag] = true
-	if s.fold {
-		s.folded[strings.ToLower(tag)] = tag
-	}
 }
 
 // decodeOptions reads a <prefix>_tagopts value; readable is false for a value it
