@@ -79,7 +79,7 @@ func (s *Shaper) Range(tag string) (wire.TagRange, *opaque.Permutation, error) {
 	case s.key == nil:
 		return r, nil, fmt.Errorf("%w: tag %q is opaque, and this dispenser has no ID key: start it with the deployment's key (--id-key-file, or LEAFBUS_ID_KEY)", ErrNoKey, tag)
 	case r.Key != s.fp:
-		return r, nil, fmt.Errorf("%w: tag %q is opaque under the ID key with fingerprint %s, and this dispenser's key has the fingerprint %s: under two keys two segment numbers can have one image, so it refuses the tag; start it with the deployment's key (--id-key-file)",
+		return r, nil, fmt.Errorf("%w: tag %q is opaque under the ID key %s, this dispenser's is %s: start it with the deployment's key, --id-key-file (docs/errors.md#id-key)",
 			ErrOtherKey, tag, r.Key, s.fp)
 	}
 	k := permKey{tag, r.Width()}

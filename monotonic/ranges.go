@@ -119,7 +119,7 @@ func resolveRange(tag string, value *optValue, mem, rec *wire.TagRange) (r wire.
 				continue
 			}
 			if w.r != want.r {
-				return wire.TagRange{}, false, fmt.Errorf("%w: tag %q: %s names %s, %s names %s; an opaque tag's range never changes, and served with either it could repeat IDs of the other: it is refused until they agree (PROTOCOL.md \"Opaque tags and widths\")",
+				return wire.TagRange{}, false, fmt.Errorf("%w: tag %q: %s names %s, %s names %s: refused until they agree (docs/errors.md#range-conflict)",
 					ErrRangeConflict, tag, want.from, want.r, w.from, w.r)
 			}
 		}

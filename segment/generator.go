@@ -599,7 +599,7 @@ func (g *Generator) storeWentBack(tag string, mark int64, found string) error {
 	repair := fmt.Sprintf("dispenser tag update --tag %s --max-id N", tag)
 	g.log.Error("segment: the store went backwards; the tag is refused until its max_id is raised",
 		"tag", tag, "found", found, "mark", mark, "repair", repair)
-	return fmt.Errorf("segment: tag %q: %w: %s, below %d, the highest max_id this dispenser ever took for it, so its IDs may already have been handed out; repair: %s with N at least %d and at least every other dispenser's mark for the tag",
+	return fmt.Errorf("segment: tag %q: %w: %s, below %d, this dispenser's mark: run %s, N at least %d and every dispenser's mark (docs/errors.md#store-went-back)",
 		tag, ErrStoreWentBack, found, mark, repair, mark)
 }
 

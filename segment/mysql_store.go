@@ -553,8 +553,8 @@ func (s *MySQLStore) denied(err error, need, purpose string) error {
 		if cmd, _, ok := strings.Cut(me.Message, " command denied"); ok && cmd != "" && !strings.ContainsAny(cmd, " '`") {
 			need = cmd
 		}
-		return fmt.Errorf("%w: MySQL user %q lacks the %s privilege on leaf_alloc of database %q, which a dispenser needs %s; grant it: GRANT %s ON `%s`.`leaf_alloc` TO '%s'@'<its host>' (README \"MySQL segments\" lists the grants per role): %w",
-			ErrStoreDenied, s.user, need, s.database, purpose, need, s.database, s.user, err)
+		return fmt.Errorf("%w: MySQL user %q lacks the %s privilege on leaf_alloc, which it needs %s: GRANT %s ON `%s`.`leaf_alloc` TO '%s'@'<its host>' (docs/operations.md#mysql-segments---segment-store-mysql): %w",
+			ErrStoreDenied, s.user, need, purpose, need, s.database, s.user, err)
 	case mysqlErrAccessDenied:
 		return fmt.Errorf("%w: the MySQL server refuses user %q (its password in the DSN, or the host it connects from): %w", ErrStoreDenied, s.user, err)
 	}

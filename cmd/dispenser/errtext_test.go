@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,6 +56,11 @@ func TestErrorTextsShort(t *testing.T) {
 				return true
 			}
 			checked++
+			for _, m := range docAnchor.FindAllStringSubmatch(text, -1) {
+				if !anchorsOf(t, filepath.Join(repoRoot, m[1]))[m[2]] {
+					t.Errorf("%s: the error text names %s#%s, which is no heading of that file", fset.Position(lit.Pos()), m[1], m[2])
+				}
+			}
 			if len(text) > errorTextMax {
 				t.Errorf("%s: an error text of %d characters (at most %d: name the flag or file and the fix, and move the reason to docs/ with its anchor in the message):\n%s",
 					fset.Position(lit.Pos()), len(text), errorTextMax, text)
@@ -69,6 +75,19 @@ func TestErrorTextsShort(t *testing.T) {
 	if checked < 500 {
 		t.Fatalf("checked only %d error texts under %s: has the layout changed?", checked, repoRoot)
 	}
+}
+
+// docAnchor is a page of docs/ and an anchor of it, as an error text names them.
+var docAnchor = regexp.MustCompile(`(docs/[a-z-]+\.md)#([a-z0-9-]+)`)
+
+// anchorsOf returns the anchors the headings of a Markdown file make.
+func anchorsOf(tb testing.TB, path string) map[string]bool {
+	tb.Helper()
+	a := map[string]bool{}
+	for _, m := range mdHeading.FindAllStringSubmatch(readFile(tb, path), -1) {
+		a[headingSlug(m[1])] = true
+	}
+	return a
 }
 
 // isErrorMaker reports whether fun is fmt.Errorf, errors.New or a config check's add.
