@@ -63,13 +63,13 @@ func (c EmbeddedConfig) serverOptions() (opts *server.Options, notes []string, e
 // How soon a NATS server drops a connection whose other end has stopped (SIGSTOP, a VM
 // pause, a hung host): a queue subscriber keeps its share of the requests until then.
 // The server pings a silent connection every LivenessPingInterval and drops it once
-// LivenessMaxPingsOut pings went unanswered, so a stalled dispenser is dropped 4 to 6 s
+// LivenessMaxPingsOut pings went unanswered, so a stalled dispenser is dropped 6 to 8 s
 // after it stopped; a write to it blocked for LivenessWriteDeadline drops it too (at
 // load, its socket buffers fill first). The price: a client whose link or process
 // stalls that long (a slow link, a long GC pause) is dropped as well and reconnects.
-// nats-server's defaults are 2 min, 2 and 10 s (a stalled dispenser kept for up to
-// 6 min). deploy/nats.conf sets the same values (ping_interval, ping_max,
-// write_deadline); docs/PROTOCOL.md ("Paused dispensers") says why.
+// nats-server's defaults are 2 min, 2 and 10 s (a stalled dispenser kept for 6 to
+// 8 min). deploy/nats.conf sets the same values (ping_interval, ping_max,
+// write_deadline); docs/PROTOCOL.md ("Paused dispensers and the NATS server") says why.
 const (
 	LivenessPingInterval  = 2 * time.Second
 	LivenessMaxPingsOut   = 2
