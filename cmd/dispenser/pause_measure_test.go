@@ -5,7 +5,7 @@ package main
 // NATS server's default liveness settings and with the ones the embedded server and
 // deploy/nats.conf use (bus.ApplyLiveness). It runs only when asked:
 //
-//	LEAFBUS_MEASURE_PAUSE=1 go test -count=1 -v -timeout 10m -run TestMeasurePausedDispenser ./cmd/dispenser/
+//	LEAFBUS_MEASURE_PAUSE=8 go test -count=1 -v -timeout 10m -run TestMeasurePausedDispenser ./cmd/dispenser/
 //
 // BENCHMARKS.md ("Paused dispensers found by the server") has its figures.
 
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,12 +27,12 @@ import (
 )
 
 // The measurement's shape: requests for warm before the stop, the stop, and after it
-// until the end; loops plain request loops on one connection.
+// until the end; LEAFBUS_MEASURE_PAUSE is the number of plain request loops on one
+// connection (1 when not a number); LEAFBUS_MEASURE_KIND=segment asks for segment IDs.
 const (
 	pauseWarm    = 5 * time.Second
 	pauseStop    = 20 * time.Second
 	pauseAfter   = 10 * time.Second
-	pauseLoops   = 8
 	pauseTimeout = time.Second
 )
 
@@ -56,6 +57,7 @@ type pauseResult struct {
 	stopTimeouts, afterTimeouts int           // timeouts of requests sent during the stop, and after it
 	lastTimeout                 time.Duration // the send time of the last request that timed out during the stop, from the SIGSTOP
 	dropped                     time.Duration // when the server had dropped the stopped dispenser's connections, from the SIGSTOP; 0 if it had not by SIGCONT
+	bySecond                    map[int]int   // timeouts by the second (from the SIGSTOP) their request was sent in
 }
 
 func (r pauseResult) String() string {
@@ -63,8 +65,8 @@ func (r pauseResult) String() string {
 	if r.dropped > 0 {
 		dropped = r.dropped.Round(100 * time.Millisecond).String()
 	}
-	return fmt.Sprintf("%d answered, %d timeouts (%d of requests sent during the %v stop, %d after it), %d other errors; last timed-out request sent %v after SIGSTOP; server dropped the stopped dispenser after %s",
-		r.ok, r.timeouts, r.stopTimeouts, pauseStop, r.afterTimeouts, r.errs, r.lastTimeout.Round(100*time.Millisecond), dropped)
+	return fmt.Sprintf("%d answered, %d timeouts (%d of requests sent during the %v stop, %d after it), %d other errors; last timed-out request of the stop sent %v after SIGSTOP; server dropped the stopped dispenser after %s; timeouts by second of sending from SIGSTOP: %v",
+		r.ok, r.timeouts, r.stopTimeouts, pauseStop, r.afterTimeouts, r.errs, r.lastTimeout.Round(100*time.Millisecond), dropped, r.bySecond)
 }
 
 func measurePause(t *testing.T, liveness bool) pauseResult {
@@ -115,25 +117,36 @@ func measurePause(t *testing.T, liveness bool) pauseResult {
 
 	var (
 		mu  sync.Mutex
-		r   pauseResult
+		r   = pauseResult{bySecond: map[int]int{}}
 		wg  sync.WaitGroup
 		end = time.Now().Add(pauseWarm + pauseStop + pauseAfter)
 	)
 	stopAt := time.Now().Add(pauseWarm)
 	contAt := stopAt.Add(pauseStop)
-	for range pauseLoops {
+	loops, err := strconv.Atoi(os.Getenv("LEAFBUS_MEASURE_PAUSE"))
+	if err != nil || loops < 1 {
+		loops = 1
+	}
+	// LEAFBUS_MEASURE_KIND=segment asks the sample tag's segment IDs instead.
+	subject := "leaf.snowflake.pause"
+	if os.Getenv("LEAFBUS_MEASURE_KIND") == "segment" {
+		subject = "leaf.segment.leaf-segment-test"
+	}
+	t.Logf("%d request loops on %s", loops, subject)
+	for range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				sent := time.Now()
-				_, err := nc.Request("leaf.snowflake.pause", nil, pauseTimeout)
+				_, err := nc.Request(subject, nil, pauseTimeout)
 				mu.Lock()
 				switch {
 				case err == nil:
 					r.ok++
 				case errors.Is(err, nats.ErrTimeout):
 					r.timeouts++
+					r.bySecond[int(sent.Sub(stopAt).Seconds())]++
 					if sent.After(stopAt) && sent.Before(contAt) {
 						r.stopTimeouts++
 						r.lastTimeout = max(r.lastTimeout, sent.Sub(stopAt))
