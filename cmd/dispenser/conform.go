@@ -582,7 +582,8 @@ func (c *conformer) checkErrorHeaders(ctx context.Context) error {
 }
 
 func (c *conformer) checkNoResponders(ctx context.Context) error {
-	subject := c.subj.Prefix + ".conform-nobody." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	// Under decode, which an operator may ask (deploy/nats-roles.conf), but no subject of it.
+	subject := c.subj.Decode() + "-conform-nobody-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	_, err := c.request(ctx, subject, "", "")
 	if !errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("a subject nobody serves: got %v, want NATS's no responders status at once", err)
@@ -641,6 +642,12 @@ func (c *conformer) checkReplySubjects(ctx context.Context) error {
 			return err
 		}
 		defer sub.Unsubscribe() //nolint:errcheck // closing anyway
+		if err := c.nc.Flush(); err != nil {
+			return err
+		}
+		if err := c.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), reply) {
+			return fmt.Errorf("cannot check: this NATS user may not subscribe to %s (%v); run conform as a user that may", reply, err)
+		}
 		if err := c.nc.PublishRequest(c.snowflake(), reply, nil); err != nil {
 			return err
 		}

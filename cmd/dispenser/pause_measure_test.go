@@ -28,7 +28,8 @@ import (
 
 // The measurement's shape: requests for warm before the stop, the stop, and after it
 // until the end; LEAFBUS_MEASURE_PAUSE is the number of plain request loops on one
-// connection (1 when not a number); LEAFBUS_MEASURE_KIND=segment asks for segment IDs.
+// connection (1 when not a number); LEAFBUS_MEASURE_KIND=segment asks for segment IDs;
+// LEAFBUS_MEASURE_LOGS=1 prints the stopped dispenser's log.
 const (
 	pauseWarm    = 5 * time.Second
 	pauseStop    = 20 * time.Second
@@ -174,5 +175,8 @@ func measurePause(t *testing.T, liveness bool) pauseResult {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if os.Getenv("LEAFBUS_MEASURE_LOGS") != "" {
+		t.Logf("the stopped dispenser's log:\n%s", stopped.stderr.String())
+	}
 	return r
 }
