@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -55,7 +56,38 @@ func (c EmbeddedConfig) serverOptions() (opts *server.Options, notes []string, e
 		opts.ServerName = c.Name
 	}
 	opts.NoSigs = true // the dispenser owns signals and shuts the server down itself
+	ApplyLiveness(opts)
 	return opts, notes, nil
+}
+
+// How soon a NATS server drops a connection whose other end has stopped (SIGSTOP, a VM
+// pause, a hung host): a queue subscriber keeps its share of the requests until then.
+// The server pings a silent connection every LivenessPingInterval and drops it once
+// LivenessMaxPingsOut pings went unanswered, so a stalled dispenser is dropped 6 to 8 s
+// after it stopped; a write to it blocked for LivenessWriteDeadline drops it too (at
+// load, its socket buffers fill first). The price: a client whose link or process
+// stalls that long (a slow link, a long GC pause) is dropped as well and reconnects.
+// nats-server's defaults are 2 min, 2 and 10 s (a stalled dispenser kept for 6 to
+// 8 min). deploy/nats.conf sets the same values (ping_interval, ping_max,
+// write_deadline); docs/PROTOCOL.md ("Paused dispensers and the NATS server") says why.
+const (
+	LivenessPingInterval  = 2 * time.Second
+	LivenessMaxPingsOut   = 2
+	LivenessWriteDeadline = 2 * time.Second
+)
+
+// ApplyLiveness sets the liveness options that opts leaves unset (zero) to the values
+// above: a configuration file (--nats-config) that sets them wins.
+func ApplyLiveness(opts *server.Options) {
+	if opts.PingInterval == 0 {
+		opts.PingInterval = LivenessPingInterval
+	}
+	if opts.MaxPingsOut == 0 {
+		opts.MaxPingsOut = LivenessMaxPingsOut
+	}
+	if opts.WriteDeadline == 0 {
+		opts.WriteDeadline = LivenessWriteDeadline
+	}
 }
 
 // checkExposure refuses a client listener that other hosts can reach when nothing

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
 )
@@ -275,4 +276,20 @@ func (l testLogger) Tracef(format string, v ...any)  { l.log("TRC", format, v...
 
 func (l testLogger) log(level, format string, v ...any) {
 	l.t.Logf("%s [%s] %s", l.name, level, fmt.Sprintf(format, v...))
+}
+
+// TestClusterConfigLiveness: nats.conf drops a stalled client (a SIGSTOPped dispenser)
+// within seconds, with the values the embedded server uses.
+func TestClusterConfigLiveness(t *testing.T) {
+	secrets := testutil.NATSConfPasswords(t, clusterConf)
+	nodes, routes := clusterNodes(t, 1, secrets["NATS_ROUTE_PASSWORD"])
+	opts, err := parseNode(t, nodes[0].env(routes))
+	if err != nil {
+		t.Fatalf("%s: %v", clusterConf, err)
+	}
+	if opts.PingInterval != bus.LivenessPingInterval || opts.MaxPingsOut != bus.LivenessMaxPingsOut || opts.WriteDeadline != bus.LivenessWriteDeadline {
+		t.Errorf("%s: ping_interval %v, ping_max %d, write_deadline %v; want the embedded server's %v, %d, %v",
+			clusterConf, opts.PingInterval, opts.MaxPingsOut, opts.WriteDeadline,
+			bus.LivenessPingInterval, bus.LivenessMaxPingsOut, bus.LivenessWriteDeadline)
+	}
 }

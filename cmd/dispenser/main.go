@@ -39,6 +39,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exitCode(runFence(ctx, args[1:], stdout, stderr), stderr)
 		case "reveal":
 			return exitCode(runReveal(ctx, args[1:], stdout, stderr), stderr)
+		case "conform":
+			return exitCode(runConform(ctx, args[1:], stdout, stderr), stderr)
 		}
 	}
 	m := NewMain()

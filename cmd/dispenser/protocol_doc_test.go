@@ -226,7 +226,7 @@ func checkDocDefault(f *flag.Flag, cell string) error {
 }
 
 // TestProtocolDocSubcommandFlags: the subcommands' flag table names, for each of
-// `tag add`, `tag list`, `tag update` and `decode`, exactly the flags its --help lists;
+// `tag add`, `tag list`, `tag update`, `decode`, `reveal` and `conform`, exactly the flags its --help lists;
 // `schema` has none.
 func TestProtocolDocSubcommandFlags(t *testing.T) {
 	ctx := context.Background()
@@ -237,6 +237,7 @@ func TestProtocolDocSubcommandFlags(t *testing.T) {
 		"decode":     func(w io.Writer) error { return runDecode(ctx, []string{"--help"}, io.Discard, w) },
 		"schema":     func(w io.Writer) error { return runSchema([]string{"--help"}, io.Discard, w) },
 		"reveal":     func(w io.Writer) error { return runReveal(ctx, []string{"--help"}, io.Discard, w) },
+		"conform":    func(w io.Writer) error { return runConform(ctx, []string{"--help"}, io.Discard, w) },
 	}
 	documented := map[string][]string{} // command -> flags the table gives it
 	for _, row := range docTable(t, readProtocolDoc(t), subcommandFlagsHeading) {

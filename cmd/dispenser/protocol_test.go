@@ -6,11 +6,9 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,62 +39,28 @@ func request(t *testing.T, nc *nats.Conn, subject, body string, header map[strin
 }
 
 // wantIDs checks a reply is a text or binary list of n positive, strictly increasing
-// IDs and returns them.
+// IDs (conform's rule, checkIDsReply) and returns them.
 func wantIDs(t *testing.T, reply *nats.Msg, n int, binaryEnc bool) []int64 {
 	t.Helper()
-	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
-		t.Fatalf("reply is error %s: %s", code, reply.Header.Get(micro.ErrorHeader))
-	}
-	var ids []int64
-	if binaryEnc {
-		if len(reply.Data) != 8*n {
-			t.Fatalf("binary reply has %d bytes, want %d", len(reply.Data), 8*n)
-		}
-		for i := 0; i < len(reply.Data); i += 8 {
-			ids = append(ids, int64(binary.BigEndian.Uint64(reply.Data[i:])))
-		}
-	} else {
-		body := string(reply.Data)
-		if !regexp.MustCompile(`^[0-9]+(\n[0-9]+)*$`).MatchString(body) {
-			t.Fatalf("text reply %q is not decimals separated by single newlines", body)
-		}
-		for _, f := range strings.Split(body, "\n") {
-			id, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				t.Fatalf("text reply field %q: %v", f, err)
-			}
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) != n {
-		t.Fatalf("reply holds %d IDs, want %d", len(ids), n)
-	}
-	for i, id := range ids {
-		if id < 1 {
-			t.Fatalf("ID %d at %d is not positive", id, i)
-		}
-		if i > 0 && id <= ids[i-1] {
-			t.Fatalf("IDs not strictly increasing at %d: %d after %d", i, id, ids[i-1])
-		}
+	ids, err := checkIDsReply(reply, n, binaryEnc)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ids
 }
 
-// wantError checks a reply is a service error with code and a description that
-// contains each of parts.
+// wantError checks a reply is a service error with code (conform's rule,
+// checkServiceError) and a description that contains each of parts.
 func wantError(t *testing.T, reply *nats.Msg, code int, parts ...string) {
 	t.Helper()
-	if got := reply.Header.Get(micro.ErrorCodeHeader); got != strconv.Itoa(code) {
-		t.Fatalf("error code = %q (%s), want %d; body %q", got, reply.Header.Get(micro.ErrorHeader), code, reply.Data)
+	if err := checkServiceError(reply, code); err != nil {
+		t.Fatal(err)
 	}
 	desc := reply.Header.Get(micro.ErrorHeader)
 	for _, p := range parts {
 		if !strings.Contains(desc, p) {
 			t.Fatalf("error description %q does not contain %q", desc, p)
 		}
-	}
-	if len(reply.Data) != 0 {
-		t.Fatalf("error reply has a body %q, want none", reply.Data)
 	}
 }
 
