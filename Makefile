@@ -15,7 +15,7 @@ DEPS_FILES += /usr/bin/chromium /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 DEPS_PKGS += default-jdk-headless libspring-web-java libjackson2-databind-java
 DEPS_FILES += /usr/bin/javac /usr/share/java/spring3-web.jar /usr/share/java/jackson-databind.jar
 
-.PHONY: all test deps build vet fmt bench fuzz alloc
+.PHONY: all test deps build vet fmt bench fuzz alloc release release-ldflags
 
 all: build
 
@@ -40,6 +40,36 @@ deps:
 
 vet:
 	$(GO) vet ./...
+
+# release: static binaries (no cgo, paths trimmed) of the dispenser and bench for each of
+# RELEASE_PLATFORMS, as dist/<cmd>-<os>-<arch>, and dist/SHA256SUMS over them
+# (sha256sum -c SHA256SUMS checks a download). The version comes from the newest v* tag
+# (git describe; none: "(devel)") and the revision from git, stamped with -X into
+# internal/buildinfo: `dispenser version` prints them. internal/buildinfo's tests check
+# this target with make -n and build with RELEASE_LDFLAGS; make test builds no release.
+RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_CMDS := dispenser bench
+DIST := dist
+BUILDINFO := github.com/leafbus/leafbus/internal/buildinfo
+RELEASE_VERSION = $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null)
+RELEASE_REVISION = $(shell git rev-parse HEAD 2>/dev/null)
+RELEASE_DIRTY = $(shell git diff --quiet HEAD 2>/dev/null || echo true)
+RELEASE_LDFLAGS = -s -w -X $(BUILDINFO).linkVersion=$(RELEASE_VERSION) -X $(BUILDINFO).linkRevision=$(RELEASE_REVISION) -X $(BUILDINFO).linkDirty=$(RELEASE_DIRTY)
+release:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		for c in $(RELEASE_CMDS); do \
+			echo "release $(DIST)/$$c-$$os-$$arch"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $(DIST)/$$c-$$os-$$arch ./cmd/$$c; \
+		done; \
+	done
+	cd $(DIST) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') > SHA256SUMS
+	@cat $(DIST)/SHA256SUMS
+
+# release-ldflags prints the linker flags release builds with (its test reads them).
+release-ldflags:
+	@echo '$(RELEASE_LDFLAGS)'
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
