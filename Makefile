@@ -14,6 +14,11 @@ DEPS_FILES += /usr/bin/chromium /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 # one with javac): a JDK, Spring Web 4.3's RestTemplate and Jackson 2.
 DEPS_PKGS += default-jdk-headless libspring-web-java libjackson2-databind-java
 DEPS_FILES += /usr/bin/javac /usr/share/java/spring3-web.jar /usr/share/java/jackson-databind.jar
+# The checkers of the files operators deploy with: systemd-analyze verify for the unit
+# (cmd/dispenser's TestSystemdUnit), promtool check rules for the alert rules (deploy's
+# TestAlertRules).
+DEPS_PKGS += systemd prometheus
+DEPS_FILES += /usr/bin/systemd-analyze /usr/bin/promtool
 
 .PHONY: all test deps build vet fmt bench fuzz alloc release release-ldflags
 
@@ -22,9 +27,9 @@ all: build
 build:
 	$(GO) build ./...
 
-# deps installs MariaDB, ZooKeeper, Chromium and Java (JDK, Spring Web, Jackson) when any of
-# their files is missing; it does nothing (in about 0.1 s) when they are there. apt needs
-# root: as another user it says what to run.
+# deps installs MariaDB, ZooKeeper, Chromium, Java (JDK, Spring Web, Jackson), systemd and
+# Prometheus (for their checkers) when any of their files is missing; it does nothing (in
+# about 0.1 s) when they are there. apt needs root: as another user it says what to run.
 deps:
 	@missing=""; for f in $(DEPS_FILES); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing java"; \
