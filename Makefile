@@ -79,13 +79,15 @@ release-ldflags:
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 
-# test: every package against real servers, with the race detector; then the
-# allocation tests, which the race detector's own allocations make skip, without it;
-# then every fuzz target for a count of inputs. The suite is kept well under 20 minutes
+# test: every package against real servers, with the race detector; the Kubernetes
+# manifests' checks (deploy/kubernetes, a module of its own: k8s.io stays out of go.mod);
+# then the allocation tests, which the race detector's own allocations make skip,
+# without it; then every fuzz target for a count of inputs. The suite is kept well under 20 minutes
 # on 2 cores; the timeout is the backstop for a hang.
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory alloc
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
