@@ -82,8 +82,8 @@ fmt:
 # test: every package against real servers, with the race detector; the Kubernetes
 # manifests' checks (deploy/kubernetes, a module of its own: k8s.io stays out of go.mod);
 # then the allocation tests, which the race detector's own allocations make skip,
-# without it; then every fuzz target for a count of inputs. The suite is kept well under 20 minutes
-# on 2 cores; the timeout is the backstop for a hang.
+# without it; then every fuzz target for a count of inputs. The suite is kept well under
+# 20 minutes on 2 cores; the timeout is the backstop for a hang.
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
