@@ -65,7 +65,7 @@ func (u unitFile) get(section, key string) string {
 
 // TestSystemdUnit: deploy/systemd/leafbus-dispenser.service passes `systemd-analyze
 // verify` without a word (with the built dispenser where its ExecStart names the binary,
-// which verify wants to exist); every flag in its ExecStart is one of dispenser --help
+// which verify wants to exist) and scores "OK" in `systemd-analyze security`; every flag in its ExecStart is one of dispenser --help
 // (the check compose's dispensers get); it runs as a dedicated user with its data dir in
 // StateDirectory, hardened, restarted on failure, with the secrets in an EnvironmentFile
 // whose example names only real LEAFBUS_ variables.
@@ -154,5 +154,10 @@ func TestSystemdUnit(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("systemd-analyze verify %s: %v\n%s", systemdUnitPath, err, out)
+	}
+	// And its own measure of the hardening: an overall exposure of at most 2.0 ("OK";
+	// the file scores 1.4), so that a hardening line dropped shows here.
+	if out, err := exec.Command(analyze, "security", "--offline=true", "--threshold=20", copyPath).CombinedOutput(); err != nil {
+		t.Errorf("systemd-analyze security %s: exposure above 2.0 (%v):\n%s", systemdUnitPath, err, out)
 	}
 }
