@@ -14,17 +14,22 @@ DEPS_FILES += /usr/bin/chromium /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 # one with javac): a JDK, Spring Web 4.3's RestTemplate and Jackson 2.
 DEPS_PKGS += default-jdk-headless libspring-web-java libjackson2-databind-java
 DEPS_FILES += /usr/bin/javac /usr/share/java/spring3-web.jar /usr/share/java/jackson-databind.jar
+# The checkers of the files operators deploy with: systemd-analyze verify for the unit
+# (cmd/dispenser's TestSystemdUnit), promtool check rules for the alert rules (deploy's
+# TestAlertRules).
+DEPS_PKGS += systemd prometheus
+DEPS_FILES += /usr/bin/systemd-analyze /usr/bin/promtool
 
-.PHONY: all test deps build vet fmt bench fuzz alloc
+.PHONY: all test deps build vet fmt bench fuzz alloc release release-ldflags
 
 all: build
 
 build:
 	$(GO) build ./...
 
-# deps installs MariaDB, ZooKeeper, Chromium and Java (JDK, Spring Web, Jackson) when any of
-# their files is missing; it does nothing (in about 0.1 s) when they are there. apt needs
-# root: as another user it says what to run.
+# deps installs MariaDB, ZooKeeper, Chromium, Java (JDK, Spring Web, Jackson), systemd and
+# Prometheus (for their checkers) when any of their files is missing; it does nothing (in
+# about 0.1 s) when they are there. apt needs root: as another user it says what to run.
 deps:
 	@missing=""; for f in $(DEPS_FILES); do [ -e "$$f" ] || missing="$$missing $$f"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing java"; \
@@ -41,16 +46,48 @@ deps:
 vet:
 	$(GO) vet ./...
 
+# release: static binaries (no cgo, paths trimmed) of the dispenser and bench for each of
+# RELEASE_PLATFORMS, as dist/<cmd>-<os>-<arch>, and dist/SHA256SUMS over them
+# (sha256sum -c SHA256SUMS checks a download). The version comes from the newest v* tag
+# (git describe; none: "(devel)") and the revision from git, stamped with -X into
+# internal/buildinfo: `dispenser version` prints them. internal/buildinfo's tests check
+# this target with make -n and build with RELEASE_LDFLAGS; make test builds no release.
+RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_CMDS := dispenser bench
+DIST := dist
+BUILDINFO := github.com/leafbus/leafbus/internal/buildinfo
+RELEASE_VERSION = $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null)
+RELEASE_REVISION = $(shell git rev-parse HEAD 2>/dev/null)
+RELEASE_DIRTY = $(shell git diff --quiet HEAD 2>/dev/null || echo true)
+RELEASE_LDFLAGS = -s -w -X $(BUILDINFO).linkVersion=$(RELEASE_VERSION) -X $(BUILDINFO).linkRevision=$(RELEASE_REVISION) -X $(BUILDINFO).linkDirty=$(RELEASE_DIRTY)
+release:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		for c in $(RELEASE_CMDS); do \
+			echo "release $(DIST)/$$c-$$os-$$arch"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $(DIST)/$$c-$$os-$$arch ./cmd/$$c; \
+		done; \
+	done
+	cd $(DIST) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') > SHA256SUMS
+	@cat $(DIST)/SHA256SUMS
+
+# release-ldflags prints the linker flags release builds with (its test reads them).
+release-ldflags:
+	@echo '$(RELEASE_LDFLAGS)'
+
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 
-# test: every package against real servers, with the race detector; then the
-# allocation tests, which the race detector's own allocations make skip, without it;
-# then every fuzz target for a count of inputs. The suite is kept well under 20 minutes
-# on 2 cores; the timeout is the backstop for a hang.
+# test: every package against real servers, with the race detector; the Kubernetes
+# manifests' checks (deploy/kubernetes, a module of its own: k8s.io stays out of go.mod);
+# then the allocation tests, which the race detector's own allocations make skip,
+# without it; then every fuzz target for a count of inputs. The suite is kept well under
+# 20 minutes on 2 cores; the timeout is the backstop for a hang.
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m ./...
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory alloc
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/core"
+	"github.com/leafbus/leafbus/internal/buildinfo"
 	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -58,7 +59,7 @@ type rejecter interface {
 // the protocol `nats micro` reads ($SRV).
 type Config struct {
 	Prefix  string // subject prefix, service name and queue group ("leaf")
-	Version string // semantic version shown by $SRV.INFO
+	Version string // semantic version shown by $SRV.INFO (buildinfo's Semver)
 	Core    Core   // what every request means; required
 
 	// Stats adds data to an endpoint's $SRV.STATS entry ("segment", "snowflake", ...).
@@ -78,11 +79,8 @@ type Config struct {
 
 // DefaultConfig is the configuration of the protocol's defaults; Core is the caller's.
 func DefaultConfig() Config {
-	return Config{Prefix: wire.DefaultPrefix, Version: Version}
+	return Config{Prefix: wire.DefaultPrefix, Version: buildinfo.Read().Semver()}
 }
-
-// Version is the dispenser's version, as $SRV.INFO and the status page show it.
-const Version = "1.0.0"
 
 // Validate names the field, value and bound of the first bad setting.
 func (c Config) Validate() error {

@@ -41,6 +41,7 @@ func readYAML(t *testing.T, path string, v any) {
 func TestPrometheusScrapesEveryDispenser(t *testing.T) {
 	var conf struct {
 		Global        map[string]string `yaml:"global"`
+		RuleFiles     []string          `yaml:"rule_files"`
 		ScrapeConfigs []struct {
 			JobName       string `yaml:"job_name"`
 			MetricsPath   string `yaml:"metrics_path"`
@@ -54,6 +55,9 @@ func TestPrometheusScrapesEveryDispenser(t *testing.T) {
 	readYAML(t, prometheusConf, &conf)
 	if len(conf.ScrapeConfigs) != 1 {
 		t.Fatalf("%s: %d scrape configs, want 1 (job leafbus)", prometheusConf, len(conf.ScrapeConfigs))
+	}
+	if len(conf.RuleFiles) != 1 || conf.RuleFiles[0] != alertRules {
+		t.Errorf("%s: rule_files %q, want [%s]", prometheusConf, conf.RuleFiles, alertRules)
 	}
 	job := conf.ScrapeConfigs[0]
 	if job.JobName != "leafbus" || job.MetricsPath != "/metrics" {
@@ -180,6 +184,7 @@ func exportedNames(t *testing.T) map[string]bool {
 		Snowflake: func() (metrics.Snowflake, bool) { return metrics.Snowflake{Lease: metrics.LeaseHeld}, true },
 		Pools:     func() []metrics.Pool { return []metrics.Pool{{Kind: "segment", Tag: "a", Where: "replies"}} },
 		NATS:      func() metrics.NATSServer { return metrics.NATSServer{} },
+		Recovery:  func() metrics.Recovery { return metrics.Recovery{} },
 		Monotonic: func() metrics.Monotonic {
 			return metrics.Monotonic{Tags: []metrics.MonotonicTag{{Tag: "m", Role: metrics.RoleLeader}}}
 		},

@@ -272,6 +272,7 @@ func (d *Dispenser) startService(context.Context) error {
 	d.onClose("service connection", func() error { svcConn.Close(); return nil })
 	svcCfg := bus.DefaultConfig()
 	svcCfg.Prefix = cfg.Prefix
+	svcCfg.Version = d.build.Semver()
 	svcCfg.Core = d.core
 	svcCfg.Stats = d.endpointStats
 	svcCfg.Logger = d.log.With("component", "service")
@@ -281,6 +282,7 @@ func (d *Dispenser) startService(context.Context) error {
 		wire.MetaNodeID:      cfg.NodeID,
 		wire.MetaWorkerIDMin: strconv.FormatInt(cfg.WorkerIDMin, 10),
 		wire.MetaWorkerIDMax: strconv.FormatInt(cfg.WorkerIDMax, 10),
+		wire.MetaBuild:       d.build.String(),
 	}
 	layout := cfg.Layout()
 	svcCfg.Metadata[wire.MetaSnowflakeLayout] = layout.Name()

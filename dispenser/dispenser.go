@@ -15,6 +15,7 @@ import (
 	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/internal/buildinfo"
 	"github.com/leafbus/leafbus/internal/datadir"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
@@ -38,6 +39,7 @@ type Dispenser struct {
 	log   *slog.Logger
 	clock snowflake.Clock
 	ready chan struct{}
+	build buildinfo.Info // this binary's version ($SRV.INFO, banner, status page, metrics)
 
 	// Built by New, in this order (see steps).
 	dirLock       *datadir.Lock // the data dir's, from the first step until the last undo
@@ -109,6 +111,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Dispenser, error) {
 	cfg = cfg.resolveLayout()
 	d := &Dispenser{
 		cfg:     cfg,
+		build:   buildinfo.Read(),
 		opts:    options{logger: slog.New(slog.DiscardHandler), clock: snowflake.SystemClock()},
 		ready:   make(chan struct{}),
 		runDone: make(chan struct{}),

@@ -22,7 +22,7 @@ import (
 // buffers, the snowflake worker and its lease, the pools and the embedded NATS server.
 func (d *Dispenser) newMetrics(context.Context) (err error) {
 	d.metrics, err = metrics.New(metrics.Config{
-		Version: bus.Version,
+		Build:   d.build,
 		MaxTags: d.cfg.MetricsMaxTags,
 		Sources: d.sources(),
 	})
@@ -66,7 +66,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		d.log.Info("HTTP connections capped", "max_conns", maxConns, "file_limit", fileLimit, "reserved", reserve)
 	}
 	hc := httpapi.Config{
-		Version:   bus.Version,
+		Version:   d.build.String(),
 		Core:      d.core,
 		MaxConns:  maxConns,
 		Metrics:   d.metrics,

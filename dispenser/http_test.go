@@ -13,7 +13,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/leafbus/leafbus/internal/buildinfo"
 	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/wire"
 )
 
 // runUntilCleanup runs d until the test ends and waits until it serves.
@@ -67,7 +69,8 @@ next:
 // TestHTTPServesBesideNATS: a dispenser serves Leaf's HTTP API from the generators the
 // NATS service uses, /metrics counts the answers of both transports, /readyz says it
 // is ready, $SRV.INFO names the node and its worker ID for discovery, the banner names
-// the status page, and Close frees the port.
+// the status page, the build's version (internal/buildinfo) is the same in $SRV.INFO,
+// the banner, the status page and leafbus_build_info, and Close frees the port.
 func TestHTTPServesBesideNATS(t *testing.T) {
 	banner := &testutil.SyncBuffer{}
 	d, err := newTest(t, testConfig(t), WithBanner(banner))
@@ -118,9 +121,23 @@ func TestHTTPServesBesideNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info struct{ Metadata map[string]string }
+	var info struct {
+		Version  string
+		Metadata map[string]string
+	}
 	if err := json.Unmarshal(msg.Data, &info); err != nil || info.Metadata["node_id"] != "test-node" || info.Metadata["worker_id"] != workerID {
 		t.Errorf("$SRV.INFO metadata %v (%v): want node_id test-node and worker_id %s", info.Metadata, err, workerID)
+	}
+	build := buildinfo.Read()
+	if info.Version != build.Semver() || info.Metadata[wire.MetaBuild] != build.String() {
+		t.Errorf("$SRV.INFO version %q, metadata %s %q: want %q and %q (internal/buildinfo)", info.Version, wire.MetaBuild, info.Metadata[wire.MetaBuild], build.Semver(), build.String())
+	}
+	if want := "version: " + build.String() + "\n"; !strings.Contains(banner.String(), want) {
+		t.Errorf("banner %q: want the line %q", banner.String(), want)
+	}
+	if v, ok := metricValue(testutil.Scrape(t, base+"/metrics"), "leafbus_build_info",
+		map[string]string{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion}); !ok || v != 1 {
+		t.Errorf("leafbus_build_info{version=%q,revision=%q,goversion=%q} = %v (there: %v), want 1", build.Version, build.Revision, build.GoVersion, v, ok)
 	}
 
 	testutil.Eventually(t, 10*time.Second, "/readyz 200", func() bool {
@@ -128,8 +145,8 @@ func TestHTTPServesBesideNATS(t *testing.T) {
 		return code == 200
 	})
 	checkScrape(t, base+"/metrics", workerID)
-	if code, page := httpGet(t, base+"/"); code != 200 || !strings.Contains(page, SampleTagName) || !strings.Contains(page, "test-node") {
-		t.Errorf("GET / = %d, want the status page naming the node and the sample tag:\n%s", code, page)
+	if code, page := httpGet(t, base+"/"); code != 200 || !strings.Contains(page, SampleTagName) || !strings.Contains(page, "test-node") || !strings.Contains(page, "version "+build.String()) {
+		t.Errorf("GET / = %d, want the status page naming the node, the sample tag and version %q:\n%s", code, build.String(), page)
 	}
 
 	if err := d.Close(); err != nil {

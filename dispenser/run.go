@@ -172,9 +172,9 @@ func (d *Dispenser) announce(ctx context.Context) error {
 	}
 	cfg := d.cfg
 	url := client.RedactURLs(d.clientURL)
-	d.log.Info("serving", "nats", url, "http", d.statusURL(), "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)
+	d.log.Info("serving", "version", d.build.String(), "nats", url, "http", d.statusURL(), "prefix", cfg.Prefix, "segment_store", cfg.SegmentStore, "worker_registry", cfg.WorkerRegistry)
 	if d.opts.banner != nil {
-		writeBanner(d.opts.banner, banner{url: url, prefix: cfg.Prefix, statusURL: d.statusURL(), auth: cfg.clientAuth()})
+		writeBanner(d.opts.banner, banner{url: url, prefix: cfg.Prefix, statusURL: d.statusURL(), auth: cfg.clientAuth(), version: d.build.String()})
 	}
 	close(d.ready)
 	<-ctx.Done()
@@ -186,6 +186,7 @@ func (d *Dispenser) announce(ctx context.Context) error {
 type banner struct {
 	url, prefix, statusURL string
 	auth                   clientAuth
+	version                string // buildinfo's line; "" leaves the version line out
 }
 
 // clientAuth is how clients of this deployment authenticate, as far as this dispenser
@@ -302,6 +303,9 @@ func writeBanner(w io.Writer, b banner) {
 			who += " (" + secret + ")"
 		}
 		fmt.Fprintf(w, "Manage tags %s:\n  dispenser tag list --nats %s%s%s\n", who, b.url, prefix, op)
+	}
+	if b.version != "" {
+		fmt.Fprintf(w, "version: %s\n", b.version)
 	}
 	if b.statusURL != "" {
 		fmt.Fprintf(w, "status page: %s\n", b.statusURL)

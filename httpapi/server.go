@@ -55,7 +55,7 @@ var ErrDefaultTaken = errors.New("the default HTTP address is in use; serving wi
 // defaults of DefaultConfig; nil sources leave their part out (a nil generator answers
 // 503, as in the NATS service).
 type Config struct {
-	Version string // shown on the status page
+	Version string // shown on the status page: the dispenser's build line (internal/buildinfo)
 	// Core is what every request means (package core's *Core): the same routing, waits
 	// and error table as the NATS face.
 	Core Core
@@ -102,7 +102,6 @@ type Config struct {
 // DefaultConfig is the protocol's defaults and limits that keep slow clients cheap.
 func DefaultConfig() Config {
 	return Config{
-		Version:           "1.0.0",
 		BeatMaxAge:        10 * time.Second,
 		ClockBehindMax:    5 * time.Millisecond,
 		MaxInFlight:       256,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/internal/buildinfo"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/snowflake"
@@ -146,7 +147,7 @@ func statusServer(tb testing.TB) (addr string) {
 			return []metrics.Pool{{Kind: "snowflake", Tag: "bulk", Where: "replies", Size: 1000, Depth: 4, Ready: 3}}
 		},
 	}
-	m, err := metrics.New(metrics.Config{Version: "1.4.0", MaxTags: 100, Sources: sources})
+	m, err := metrics.New(metrics.Config{Build: buildinfo.Info{Version: "v1.4.0"}, MaxTags: 100, Sources: sources})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/leafbus/leafbus/internal/buildinfo"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -47,8 +48,8 @@ const DefaultMaxTags = 100
 
 // Config configures Metrics.
 type Config struct {
-	// Version is shown as leafbus_build_info{version}.
-	Version string
+	// Build is shown as leafbus_build_info{version, revision, goversion}.
+	Build buildinfo.Info
 	// MaxTags bounds the tag label of the per-tag segment metrics (--metrics-max-tags):
 	// the MaxTags busiest tags (by IDs issued) are shown by name and every other tag is
 	// summed under tag="_other", so a scrape holds at most MaxTags+1 tag values. The
@@ -127,8 +128,8 @@ func New(cfg Config) (*Metrics, error) {
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "leafbus_build_info",
-		Help:        "Always 1; the dispenser's version as a label.",
-		ConstLabels: prometheus.Labels{"version": cfg.Version},
+		Help:        "Always 1; the dispenser's module version, VCS revision (first 12 hex digits, \"\" when not stamped) and Go version as labels.",
+		ConstLabels: prometheus.Labels{"version": cfg.Build.Version, "revision": cfg.Build.Revision, "goversion": cfg.Build.GoVersion},
 	})
 	build.Set(1)
 	for _, c := range []prometheus.Collector{

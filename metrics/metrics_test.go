@@ -13,6 +13,7 @@ import (
 	lbtest "github.com/leafbus/leafbus/internal/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/leafbus/leafbus/internal/buildinfo"
 	"github.com/leafbus/leafbus/metrics"
 )
 
@@ -78,7 +79,7 @@ func newServer(tb testing.TB, cfg metrics.Config) (*metrics.Metrics, string) {
 }
 
 func TestCountersMoveWithTraffic(t *testing.T) {
-	m, url := newServer(t, metrics.Config{Version: "1.2.3", MaxTags: 10})
+	m, url := newServer(t, metrics.Config{Build: buildinfo.Info{Version: "v1.2.3", Revision: "0123456789ab", GoVersion: "go1.26.8"}, MaxTags: 10})
 	ok := map[string]string{"transport": "nats", "kind": "segment", "code": "200"}
 	before := lbtest.Scrape(t, url)
 	if got := value(t, before, "leafbus_requests_total", ok); got != 0 {
@@ -106,7 +107,7 @@ func TestCountersMoveWithTraffic(t *testing.T) {
 		{"leafbus_ids_issued_total", map[string]string{"transport": "http", "kind": "snowflake"}, 1},
 		{"leafbus_request_duration_seconds", map[string]string{"transport": "nats", "kind": "segment"}, 3},
 		{"leafbus_requests_rejected_total", map[string]string{"transport": "http"}, 1},
-		{"leafbus_build_info", map[string]string{"version": "1.2.3"}, 1},
+		{"leafbus_build_info", map[string]string{"version": "v1.2.3", "revision": "0123456789ab", "goversion": "go1.26.8"}, 1},
 	} {
 		if got := value(t, after, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

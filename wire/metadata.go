@@ -8,6 +8,7 @@ const (
 	MetaWorkerID    = "worker_id"     // the snowflake worker ID in use now
 	MetaWorkerIDMin = "worker_id_min" // --worker-id-min
 	MetaWorkerIDMax = "worker_id_max" // --worker-id-max
+	MetaBuild       = "build"         // the binary's version and VCS revision, as `dispenser version` prints them
 
 	// The snowflake layout (--snowflake-layout) and what it holds: its name ("leaf",
 	// "js53"), how many worker IDs it has and how many IDs one worker issues in one

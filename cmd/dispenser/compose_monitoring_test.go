@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -55,6 +56,7 @@ func TestComposeMonitoring(t *testing.T) {
 		t.Errorf("service %s: mounts deploy/prometheus.yml at %q, command %q: want --config.file naming it", proms[0], conf, prom.Command)
 	}
 	var scrape struct {
+		RuleFiles     []string `yaml:"rule_files"`
 		ScrapeConfigs []struct {
 			StaticConfigs []struct {
 				Targets []string `yaml:"targets"`
@@ -62,6 +64,12 @@ func TestComposeMonitoring(t *testing.T) {
 		} `yaml:"scrape_configs"`
 	}
 	readDeployYAML(t, "prometheus.yml", &scrape)
+	// A rule file is found relative to the configuration: it must be mounted there.
+	for _, rf := range scrape.RuleFiles {
+		if got, want := mountOf(prom, "./deploy/"+rf), path.Join(path.Dir(conf), rf); got != want {
+			t.Errorf("service %s: deploy/prometheus.yml loads rule file %s, which it finds at %s; deploy/%s is mounted at %q", proms[0], rf, want, rf, got)
+		}
+	}
 	scraped := map[string]bool{}
 	for _, sc := range scrape.ScrapeConfigs {
 		for _, st := range sc.StaticConfigs {

@@ -54,6 +54,7 @@ func (c *Config) flagSet(stderr io.Writer) *flag.FlagSet {
        dispenser fence                make a data dir put back from a copy safe to serve
        dispenser reveal --tag T ID    the segment number behind an opaque tag's ID
        dispenser conform              check a deployment against docs/PROTOCOL.md
+       dispenser version|--version    print the version and VCS revision
 
 With no flags it embeds a NATS server with JetStream on 127.0.0.1:4222, keeps segments
 and worker-ID leases in JetStream KV under ./leafbus-data, and serves the sample tag

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/leafbus/leafbus/internal/buildinfo"
 )
 
 func main() {
@@ -41,6 +43,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exitCode(runReveal(ctx, args[1:], stdout, stderr), stderr)
 		case "conform":
 			return exitCode(runConform(ctx, args[1:], stdout, stderr), stderr)
+		case "version", "--version", "-version":
+			return exitCode(runVersion(args[1:], stdout), stderr)
 		}
 	}
 	m := NewMain()
@@ -66,6 +70,18 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "dispenser: %v\n", err)
 	return 1
+}
+
+// runVersion prints the build's version line (internal/buildinfo), the one $SRV.INFO's
+// build metadata, the banner, the status page and leafbus_build_info show. It is not a
+// flag of the serve command, so that no LEAFBUS_VERSION in an environment turns a
+// dispenser into a command that prints and exits.
+func runVersion(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return &usageError{fmt.Errorf("version takes no arguments, got %q: run dispenser version", args)}
+	}
+	_, err := fmt.Fprintln(stdout, buildinfo.Read())
+	return err
 }
 
 // usageError is a mistake on the command line (exit code 2).
