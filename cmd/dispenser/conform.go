@@ -27,7 +27,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -312,14 +311,17 @@ func (c *conformer) checkIdentity(verb micro.Verb, id micro.ServiceIdentity, typ
 		return fmt.Errorf("$SRV.%s name %q, want the prefix %q", verb, id.Name, c.subj.Service())
 	case id.ID == "":
 		return fmt.Errorf("$SRV.%s without an instance id", verb)
-	case id.Version != bus.Version:
-		return fmt.Errorf("$SRV.%s version %q, want %q", verb, id.Version, bus.Version)
+	case !semver.MatchString(id.Version):
+		return fmt.Errorf("$SRV.%s version %q, want a semantic version (PROTOCOL.md: $SRV)", verb, id.Version)
 	}
 	if _, err := metaMaxBatch(id.Metadata); err != nil {
 		return fmt.Errorf("$SRV.%s metadata: %w", verb, err)
 	}
 	return nil
 }
+
+// semver is a semantic version 2.0.0, as micro requires of a service's version.
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
 
 // metaMaxBatch reads max_batch from metadata: a count from 1 to 1,000,000.
 func metaMaxBatch(meta map[string]string) (int, error) {
