@@ -11,9 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/internal/boundedfile"
 )
 
 // ConnConfig says how to reach an existing NATS deployment: the servers and the
@@ -72,9 +75,15 @@ func (c ConnConfig) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("--tls-cert %q and --tls-key %q go together", c.TLSCert, c.TLSKey)
 	}
-	// A missing file is found now, naming its flag, not at the first connect.
+	// A missing file is found now, naming its flag, not at the first connect; so is a
+	// seed or .creds file that holds none, which the server would refuse at every try.
+	if err := CheckNKeyFile("--nkey", c.NKeySeedFile); err != nil {
+		return err
+	}
+	if err := CheckCredsFile("--creds", c.CredsFile); err != nil {
+		return err
+	}
 	for _, f := range []struct{ flag, path string }{
-		{"--nkey", c.NKeySeedFile}, {"--creds", c.CredsFile},
 		{"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
 	} {
 		if f.path == "" {
@@ -84,6 +93,56 @@ func (c ConnConfig) Validate() error {
 			return fmt.Errorf("%s: %w", f.flag, err)
 		}
 	}
+	return nil
+}
+
+// maxAuthFileBytes bounds an NKey seed or .creds file: a few hundred bytes in use.
+const maxAuthFileBytes = 64 << 10
+
+// CheckNKeyFile checks that the file at path ("" passes) holds an NKey user seed
+// (SU...), as --nkey (flag, named in the error with path) takes it. The errors never
+// quote the file.
+func CheckNKeyFile(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	data, err := boundedfile.Read(flag, path, maxAuthFileBytes)
+	if err != nil {
+		return err
+	}
+	defer clear(data)
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	if err != nil {
+		return fmt.Errorf("%s %s: no NKey user seed (SU...) in it (`nk -gen user` makes one): %w", flag, path, err)
+	}
+	kp.Wipe()
+	return nil
+}
+
+// CheckCredsFile checks that the file at path ("" passes) is a .creds file: a user JWT
+// and the user's NKey seed, as `nsc` writes them. The errors never quote the file.
+func CheckCredsFile(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	data, err := boundedfile.Read(flag, path, maxAuthFileBytes)
+	if err != nil {
+		return err
+	}
+	defer clear(data)
+	const want = "want a user JWT and its NKey seed, as `nsc generate creds` writes them"
+	text, err := nkeys.ParseDecoratedJWT(data)
+	if err != nil {
+		return fmt.Errorf("%s %s: not a .creds file: %s", flag, path, want)
+	}
+	if _, err := jwt.DecodeUserClaims(text); err != nil {
+		return fmt.Errorf("%s %s: not a .creds file (no user JWT in it): %s", flag, path, want)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	if err != nil {
+		return fmt.Errorf("%s %s: not a .creds file (%v): %s", flag, path, err, want)
+	}
+	kp.Wipe()
 	return nil
 }
 

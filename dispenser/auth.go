@@ -61,13 +61,13 @@ func (c Credentials) validate(prefix string) []error {
 	if m := c.methods(prefix); len(m) > 1 {
 		errs = append(errs, fmt.Errorf("choose one NATS authentication method for %s, got %s", connName(prefix), strings.Join(m, " and ")))
 	}
-	for _, f := range []struct{ flag, path string }{{prefix + "nkey", c.NKeySeedFile}, {prefix + "creds", c.CredsFile}} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.flag, err))
-		}
+	// A file that holds no seed fails now, naming it, not at every connect until
+	// --start-timeout.
+	if err := client.CheckNKeyFile(prefix+"nkey", c.NKeySeedFile); err != nil {
+		errs = append(errs, err)
+	}
+	if err := client.CheckCredsFile(prefix+"creds", c.CredsFile); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafbus/leafbus/internal/boundedfile"
 )
 
 // --leaf-properties: a Leaf server's own leaf.properties, read as that server reads it
@@ -41,9 +42,9 @@ type leafProperties struct {
 // readLeafProperties reads path and maps it to flags; ip is this host's IPv4 address as
 // Leaf finds it (firstIPv4), asked only when the snowflake part is enabled.
 func readLeafProperties(path string, ip func() (string, error)) (leafProperties, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read("--leaf-properties", path, maxConfigFileBytes)
 	if err != nil {
-		return leafProperties{}, fmt.Errorf("--leaf-properties: %w", err)
+		return leafProperties{}, err
 	}
 	props, err := parseProperties(data)
 	if err != nil {
@@ -279,12 +280,21 @@ func parseProperties(data []byte) (map[string]string, error) {
 		if line == "" || line[0] == '#' || line[0] == '!' {
 			continue
 		}
-		for endsInEscape(line) && i+1 < len(lines) {
-			i++
-			line = line[:len(line)-1] + strings.TrimLeft(lines[i], " \t\f")
-		}
 		if endsInEscape(line) {
-			line = line[:len(line)-1] // a continuation at the end of the file
+			// Joined in one builder: joining line by line copied the text so far at
+			// every line, quadratic in a logical line's length. A piece's own trailing
+			// backslashes decide whether the next line continues it, as in Java.
+			var b strings.Builder
+			b.WriteString(line[:len(line)-1])
+			for more := true; more && i+1 < len(lines); {
+				i++
+				next := strings.TrimLeft(lines[i], " \t\f")
+				if more = endsInEscape(next); more {
+					next = next[:len(next)-1] // a continuation at the end of the file too
+				}
+				b.WriteString(next)
+			}
+			line = b.String()
 		}
 		key, value := splitProperty(line)
 		k, err := unescapeProperty(key)
