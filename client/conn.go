@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -52,6 +53,9 @@ func (c *ConnConfig) RegisterFlags(fs *flag.FlagSet) {
 func (c ConnConfig) Validate() error {
 	if strings.TrimSpace(c.URLs) == "" {
 		return errors.New("no NATS server URL given")
+	}
+	if err := checkURLs(c.URLs); err != nil {
+		return err
 	}
 	var methods []string
 	if c.User != "" || c.Password != "" {
@@ -276,13 +280,11 @@ func (c ConnConfig) Connect(logger *slog.Logger) (*nats.Conn, error) {
 // logs and reports: a URL such as nats://app:secret@host:4222 or nats://token@host
 // carries a credential. Everything before the last "@" (after the scheme's "://") is
 // cut, without parsing: a URL that does not parse (a password with "%zz" or "#" in it)
-// or has no scheme ("app:secret@host:4222", which nats.go takes) still loses it.
+// or has no scheme ("app:secret@host:4222", which nats.go takes) still loses it, and so
+// does a password with a comma in it (splitURLs).
 func RedactURLs(urls string) string {
 	var out []string
-	for _, s := range strings.Split(urls, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range splitURLs(urls) {
 		scheme, rest := "", s
 		if i := strings.Index(s, "://"); i >= 0 {
 			scheme, rest = s[:i+3], s[i+3:]
@@ -293,4 +295,72 @@ func RedactURLs(urls string) string {
 		out = append(out, scheme+rest)
 	}
 	return strings.Join(out, ",")
+}
+
+// splitURLs splits a comma-separated list of URLs as nats.go does, except that a piece
+// without "@" followed by pieces up to one with "@" (none of them starting a URL of its
+// own with "://") is one URL whose user information holds commas: "nats://bob:a,b@host"
+// is one URL, which nats.go would split into "nats://bob:a" and "b@host".
+func splitURLs(urls string) []string {
+	var pieces []string
+	for _, s := range strings.Split(urls, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			pieces = append(pieces, s)
+		}
+	}
+	var out []string
+	for i := 0; i < len(pieces); i++ {
+		u := pieces[i]
+		if !strings.Contains(u, "@") {
+			for j := i + 1; j < len(pieces) && !strings.Contains(pieces[j], "://"); j++ {
+				if strings.Contains(pieces[j], "@") {
+					u, i = strings.Join(pieces[i:j+1], ","), j
+					break
+				}
+			}
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// checkURLs refuses a server URL that nats.go would not read as its author meant:
+// one that does not parse, or whose password or token went into the host, path, query
+// or fragment (a "/", "?", "#", "%", a space or a comma not percent-encoded). nats.go's
+// own errors quote the URL, password and all; these name it without its user
+// information.
+func checkURLs(urls string) error {
+	const fix = "percent-encode the user information (%% as %%25, @ %%40, / %%2F, : %%3A, ? %%3F, # %%23, , %%2C, space %%20) or give the credentials with --user/--password or --token"
+	for n, raw := range splitURLs(urls) {
+		bad := ""
+		if strings.Contains(raw, ",") {
+			// "nats://bob:pa,ss@host", or "nats://h0,tok@h1" (which may be a token
+			// with a comma): nats.go reads two URLs, and could show a piece of the
+			// password as a host. Refused; written "nats://tok@h1" it is not.
+			bad = "its user information holds a comma, which separates URLs (or a URL after it has user information but no nats://)"
+		}
+		for piece := range strings.SplitSeq(raw, ",") {
+			if bad != "" {
+				break
+			}
+			u := strings.TrimSpace(piece)
+			if !strings.Contains(u, "://") {
+				u = "nats://" + u // as nats.go reads it
+			}
+			parsed, err := url.Parse(u)
+			switch {
+			case err != nil:
+				bad = "it does not parse as a URL" // err quotes the URL: not shown
+			case parsed.Opaque != "" || parsed.Fragment != "" || parsed.RawQuery != "" || parsed.ForceQuery ||
+				(parsed.Path != "" && parsed.Path != "/" && !strings.HasPrefix(parsed.Scheme, "ws")):
+				bad = "part of it is read as a path, query or fragment"
+			case parsed.Host == "":
+				bad = "it names no host"
+			}
+		}
+		if bad != "" {
+			return fmt.Errorf("NATS server URL %d (%s, user information not shown): %s: "+fix, n+1, RedactURLs(raw), bad)
+		}
+	}
+	return nil
 }

@@ -111,7 +111,7 @@ func applyValues(fs *flag.FlagSet, values map[string][]string, given map[string]
 		}
 		for _, v := range values[name] {
 			if err := fs.Set(name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: --%s %q: %w", from(name), name, v, err))
+				errs = append(errs, fmt.Errorf("%s: --%s %q: %w", from(name), name, masked(name, v), err))
 			}
 		}
 		given[name] = from(name)
@@ -182,7 +182,8 @@ func yamlValue(f *flag.Flag) (string, error) {
 	return strings.TrimSuffix(string(b), "\n"), nil
 }
 
-// masked is a flag's value as --print-config shows it.
+// masked is a flag's value as --print-config and errors show it: the one place that
+// knows which flags hold secrets and how to cut them out of a value.
 func masked(name, value string) string {
 	const mask = "*****"
 	switch {
