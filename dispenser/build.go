@@ -29,7 +29,8 @@ type step struct {
 // ID, which Close gives back if a later stage fails.
 func (d *Dispenser) steps() []step {
 	return []step{
-		{"data dir", d.lockDataDir}, // first: nothing may open the dir before it is ours
+		{"data dir", d.lockDataDir},    // first: nothing may open the dir before it is ours
+		{"fence", d.checkFencePending}, // fence.go: an interrupted fence must be finished first
 		{"epoch", d.checkEpoch},
 		{"id key", d.loadIDKey}, // idkey.go
 		{"mysql", d.checkMySQL},
