@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,18 +86,26 @@ func (c ConnConfig) Validate() error {
 	if err := CheckCredsFile("--creds", c.CredsFile); err != nil {
 		return err
 	}
+	// nats.go reads the TLS files at connect: a named pipe or /dev/zero is refused
+	// here, by the same bounds.
 	for _, f := range []struct{ flag, path string }{
 		{"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
 	} {
 		if f.path == "" {
 			continue
 		}
-		if _, err := os.Stat(f.path); err != nil {
-			return fmt.Errorf("%s: %w", f.flag, err)
+		data, err := boundedfile.Read(f.flag, f.path, maxTLSFileBytes)
+		if err != nil {
+			return err
 		}
+		clear(data) // a private key
+
 	}
 	return nil
 }
+
+// maxTLSFileBytes bounds a PEM file of certificates (a CA bundle is some 200 KB).
+const maxTLSFileBytes = 4 << 20
 
 // maxAuthFileBytes bounds an NKey seed or .creds file: a few hundred bytes in use.
 const maxAuthFileBytes = 64 << 10

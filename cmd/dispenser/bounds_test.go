@@ -52,9 +52,11 @@ func TestBinaryFileInputsBounded(t *testing.T) {
 		{"CredsNotCreds", []string{"--creds", seed}, "--creds " + seed + ": not a .creds file"},
 		{"CredsFIFO", []string{"--creds", fifo}, "--creds " + fifo + ": not a regular file"},
 		{"ServiceCredsNotCreds", []string{"--service-creds", notSeed}, "--service-creds " + notSeed + ": not a .creds file"},
+		{"TLSCAFIFO", []string{"--tls-ca", fifo}, "--tls-ca " + fifo + ": not a regular file"},
 		{"ServiceNKeyNotASeed", []string{"--service-nkey", notSeed}, "--service-nkey " + notSeed + ": no NKey user seed"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			args := append([]string{"--data-dir", t.TempDir(), "--node-id", "bounds", "--http", "",
 				"--nats", closed, "--start-timeout", "1m"}, tt.args...)
 			code, stderr, _ := runToExit(t, 30*time.Second, nil, args...)
