@@ -34,6 +34,7 @@ func TestBinaryCleanStopLogsInfoOnly(t *testing.T) {
 		{"JoinedSIGINT", syscall.SIGINT, []string{"--nats", srv.URL(), "--pool", "segment:" + dispenser.SampleTagName + ":10:2"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 			p := startBinary(t, t.TempDir(), append([]string{"--http", httpAddr}, tt.args...)...)
 			nc, err := nats.Connect(p.url)
