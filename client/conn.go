@@ -114,25 +114,36 @@ const maxAuthFileBytes = 64 << 10
 // (SU...), as --nkey (flag, named in the error with path) takes it. The errors never
 // quote the file.
 func CheckNKeyFile(flag, path string) error {
-	if path == "" {
+	return checkAuthFile(flag, path, func(data []byte) error {
+		if err := userSeed(data); err != nil {
+			return fmt.Errorf("no NKey user seed (SU...) in it (`nk -gen user` makes one): %w", err)
+		}
 		return nil
-	}
-	data, err := boundedfile.Read(flag, path, maxAuthFileBytes)
-	if err != nil {
-		return err
-	}
-	defer clear(data)
-	kp, err := nkeys.ParseDecoratedUserNKey(data)
-	if err != nil {
-		return fmt.Errorf("%s %s: no NKey user seed (SU...) in it (`nk -gen user` makes one): %w", flag, path, err)
-	}
-	kp.Wipe()
-	return nil
+	})
 }
 
 // CheckCredsFile checks that the file at path ("" passes) is a .creds file: a user JWT
 // and the user's NKey seed, as `nsc` writes them. The errors never quote the file.
 func CheckCredsFile(flag, path string) error {
+	return checkAuthFile(flag, path, func(data []byte) error {
+		const want = "want a user JWT and its NKey seed, as `nsc generate creds` writes them"
+		text, err := nkeys.ParseDecoratedJWT(data)
+		if err == nil {
+			_, err = jwt.DecodeUserClaims(text)
+		}
+		if err != nil { // jwt's errors may quote what it read: not shown
+			return fmt.Errorf("not a .creds file (no user JWT in it): %s", want)
+		}
+		if err := userSeed(data); err != nil {
+			return fmt.Errorf("not a .creds file (%v): %s", err, want)
+		}
+		return nil
+	})
+}
+
+// checkAuthFile reads the file at path ("" passes) within bounds and checks it, the
+// errors naming flag and path; the bytes are cleared after.
+func checkAuthFile(flag, path string, check func(data []byte) error) error {
 	if path == "" {
 		return nil
 	}
@@ -141,17 +152,17 @@ func CheckCredsFile(flag, path string) error {
 		return err
 	}
 	defer clear(data)
-	const want = "want a user JWT and its NKey seed, as `nsc generate creds` writes them"
-	text, err := nkeys.ParseDecoratedJWT(data)
-	if err != nil {
-		return fmt.Errorf("%s %s: not a .creds file: %s", flag, path, want)
+	if err := check(data); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
-	if _, err := jwt.DecodeUserClaims(text); err != nil {
-		return fmt.Errorf("%s %s: not a .creds file (no user JWT in it): %s", flag, path, want)
-	}
+	return nil
+}
+
+// userSeed checks that data holds an NKey user seed (nkeys' errors never quote it).
+func userSeed(data []byte) error {
 	kp, err := nkeys.ParseDecoratedUserNKey(data)
 	if err != nil {
-		return fmt.Errorf("%s %s: not a .creds file (%v): %s", flag, path, err, want)
+		return err
 	}
 	kp.Wipe()
 	return nil
