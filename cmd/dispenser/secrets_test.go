@@ -96,6 +96,13 @@ func TestSecretsNeverShown(t *testing.T) {
 		input{"IDKeyFile", append([]string{"--id-key-file", keyFile}, natsArgs...), nil, key},
 		input{"IDKeyEnv", natsArgs, map[string]string{"LEAFBUS_ID_KEY": key}, key},
 	)
+	// A start that retries for a second logs each failed attempt.
+	all := hostilePasswords()[14]
+	inputs = append(inputs,
+		input{"RetriesNATSURLEncoded", []string{"--start-timeout", "1s", "--nats", "nats://" + strings.ReplaceAll(url.UserPassword("bob", all).String(), ",", "%2C") + "@" + closed}, nil, all},
+		input{"RetriesPassword", []string{"--start-timeout", "1s", "--user", "bob", "--password", all, "--nats", "nats://" + closed}, nil, all},
+		input{"RetriesMySQLDSN", append([]string{"--start-timeout", "1s"}, mysqlArgs("leaf:"+all+"@tcp("+closed+")/leaf")...), nil, all},
+	)
 	for _, in := range inputs {
 		t.Run(in.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,6 +129,9 @@ func TestSecretsNeverShown(t *testing.T) {
 				t.Fatalf("a start against a closed port succeeded:\n%s", out.String())
 			}
 			check("a failed start (its log and error)", out.String())
+			if strings.HasPrefix(in.name, "Retries") && !strings.Contains(out.String(), "attempt=2") {
+				t.Errorf("no second attempt logged:\n%s", out.String())
+			}
 		})
 	}
 }
