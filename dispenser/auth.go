@@ -3,13 +3,13 @@ package dispenser
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/boundedfile"
 )
 
 // Credentials are one NATS user's credentials: at most one of User/Password, Token,
@@ -101,8 +101,10 @@ func (c Config) credentials() Credentials {
 func (c Config) checkAuth() []error {
 	var errs []error
 	if c.NATSConfig != "" {
-		if _, err := os.Stat(c.NATSConfig); err != nil {
-			errs = append(errs, fmt.Errorf("--nats-config: %w", err))
+		// Read by the embedded server's parser: a named pipe or a device is refused
+		// here, within the bounds of every file the dispenser is given.
+		if _, err := boundedfile.Read("--nats-config", c.NATSConfig, 4<<20); err != nil {
+			errs = append(errs, err)
 		}
 		if c.NATS == "" {
 			// With --nats, checkNATS validates Conn; embedded, this does.

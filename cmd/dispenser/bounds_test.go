@@ -52,6 +52,7 @@ func TestBinaryFileInputsBounded(t *testing.T) {
 		{"CredsNotCreds", []string{"--creds", seed}, "--creds " + seed + ": not a .creds file"},
 		{"CredsFIFO", []string{"--creds", fifo}, "--creds " + fifo + ": not a regular file"},
 		{"ServiceCredsNotCreds", []string{"--service-creds", notSeed}, "--service-creds " + notSeed + ": not a .creds file"},
+		{"NATSConfigFIFO", []string{"--nats-config", fifo}, "--nats-config " + fifo + ": not a regular file"},
 		{"TLSCAFIFO", []string{"--tls-ca", fifo}, "--tls-ca " + fifo + ": not a regular file"},
 		{"ServiceNKeyNotASeed", []string{"--service-nkey", notSeed}, "--service-nkey " + notSeed + ": no NKey user seed"},
 	} {
