@@ -5,15 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/leafbus/leafbus/internal/backoff"
+	"github.com/leafbus/leafbus/internal/boundedfile"
 )
 
 // ConnConfig says how to reach an existing NATS deployment: the servers and the
@@ -50,6 +53,9 @@ func (c ConnConfig) Validate() error {
 	if strings.TrimSpace(c.URLs) == "" {
 		return errors.New("no NATS server URL given")
 	}
+	if err := checkURLs(c.URLs); err != nil {
+		return err
+	}
 	var methods []string
 	if c.User != "" || c.Password != "" {
 		if c.User == "" {
@@ -72,18 +78,93 @@ func (c ConnConfig) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("--tls-cert %q and --tls-key %q go together", c.TLSCert, c.TLSKey)
 	}
-	// A missing file is found now, naming its flag, not at the first connect.
+	// A missing file is found now, naming its flag, not at the first connect; so is a
+	// seed or .creds file that holds none, which the server would refuse at every try.
+	if err := CheckNKeyFile("--nkey", c.NKeySeedFile); err != nil {
+		return err
+	}
+	if err := CheckCredsFile("--creds", c.CredsFile); err != nil {
+		return err
+	}
+	// nats.go reads the TLS files at connect: a named pipe or /dev/zero is refused
+	// here, by the same bounds.
 	for _, f := range []struct{ flag, path string }{
-		{"--nkey", c.NKeySeedFile}, {"--creds", c.CredsFile},
 		{"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
 	} {
 		if f.path == "" {
 			continue
 		}
-		if _, err := os.Stat(f.path); err != nil {
-			return fmt.Errorf("%s: %w", f.flag, err)
+		data, err := boundedfile.Read(f.flag, f.path, maxTLSFileBytes)
+		if err != nil {
+			return err
 		}
+		clear(data) // a private key
+
 	}
+	return nil
+}
+
+// maxTLSFileBytes bounds a PEM file of certificates (a CA bundle is some 200 KB).
+const maxTLSFileBytes = 4 << 20
+
+// maxAuthFileBytes bounds an NKey seed or .creds file: a few hundred bytes in use.
+const maxAuthFileBytes = 64 << 10
+
+// CheckNKeyFile checks that the file at path ("" passes) holds an NKey user seed
+// (SU...), as --nkey (flag, named in the error with path) takes it. The errors never
+// quote the file.
+func CheckNKeyFile(flag, path string) error {
+	return checkAuthFile(flag, path, func(data []byte) error {
+		if err := userSeed(data); err != nil {
+			return fmt.Errorf("no NKey user seed (SU...) in it (`nk -gen user` makes one): %w", err)
+		}
+		return nil
+	})
+}
+
+// CheckCredsFile checks that the file at path ("" passes) is a .creds file: a user JWT
+// and the user's NKey seed, as `nsc` writes them. The errors never quote the file.
+func CheckCredsFile(flag, path string) error {
+	return checkAuthFile(flag, path, func(data []byte) error {
+		const want = "want a user JWT and its NKey seed, as `nsc generate creds` writes them"
+		text, err := nkeys.ParseDecoratedJWT(data)
+		if err == nil {
+			_, err = jwt.DecodeUserClaims(text)
+		}
+		if err != nil { // jwt's errors may quote what it read: not shown
+			return fmt.Errorf("not a .creds file (no user JWT in it): %s", want)
+		}
+		if err := userSeed(data); err != nil {
+			return fmt.Errorf("not a .creds file (%v): %s", err, want)
+		}
+		return nil
+	})
+}
+
+// checkAuthFile reads the file at path ("" passes) within bounds and checks it, the
+// errors naming flag and path; the bytes are cleared after.
+func checkAuthFile(flag, path string, check func(data []byte) error) error {
+	if path == "" {
+		return nil
+	}
+	data, err := boundedfile.Read(flag, path, maxAuthFileBytes)
+	if err != nil {
+		return err
+	}
+	defer clear(data)
+	if err := check(data); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return nil
+}
+
+// userSeed checks that data holds an NKey user seed (nkeys' errors never quote it).
+func userSeed(data []byte) error {
+	kp, err := nkeys.ParseDecoratedUserNKey(data)
+	if err != nil {
+		return err
+	}
+	kp.Wipe()
 	return nil
 }
 
@@ -217,13 +298,11 @@ func (c ConnConfig) Connect(logger *slog.Logger) (*nats.Conn, error) {
 // logs and reports: a URL such as nats://app:secret@host:4222 or nats://token@host
 // carries a credential. Everything before the last "@" (after the scheme's "://") is
 // cut, without parsing: a URL that does not parse (a password with "%zz" or "#" in it)
-// or has no scheme ("app:secret@host:4222", which nats.go takes) still loses it.
+// or has no scheme ("app:secret@host:4222", which nats.go takes) still loses it, and so
+// does a password with a comma in it (splitURLs).
 func RedactURLs(urls string) string {
 	var out []string
-	for _, s := range strings.Split(urls, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range splitURLs(urls) {
 		scheme, rest := "", s
 		if i := strings.Index(s, "://"); i >= 0 {
 			scheme, rest = s[:i+3], s[i+3:]
@@ -234,4 +313,72 @@ func RedactURLs(urls string) string {
 		out = append(out, scheme+rest)
 	}
 	return strings.Join(out, ",")
+}
+
+// splitURLs splits a comma-separated list of URLs as nats.go does, except that a piece
+// without "@" followed by pieces up to one with "@" (none of them starting a URL of its
+// own with "://") is one URL whose user information holds commas: "nats://bob:a,b@host"
+// is one URL, which nats.go would split into "nats://bob:a" and "b@host".
+func splitURLs(urls string) []string {
+	var pieces []string
+	for _, s := range strings.Split(urls, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			pieces = append(pieces, s)
+		}
+	}
+	var out []string
+	for i := 0; i < len(pieces); i++ {
+		u := pieces[i]
+		if !strings.Contains(u, "@") {
+			for j := i + 1; j < len(pieces) && !strings.Contains(pieces[j], "://"); j++ {
+				if strings.Contains(pieces[j], "@") {
+					u, i = strings.Join(pieces[i:j+1], ","), j
+					break
+				}
+			}
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// checkURLs refuses a server URL that nats.go would not read as its author meant:
+// one that does not parse, or whose password or token went into the host, path, query
+// or fragment (a "/", "?", "#", "%", a space or a comma not percent-encoded). nats.go's
+// own errors quote the URL, password and all; these name it without its user
+// information.
+func checkURLs(urls string) error {
+	const fix = "percent-encode the user information (%% as %%25, @ %%40, / %%2F, : %%3A, ? %%3F, # %%23, , %%2C, space %%20) or give the credentials with --user/--password or --token"
+	for n, raw := range splitURLs(urls) {
+		bad := ""
+		if strings.Contains(raw, ",") {
+			// "nats://bob:pa,ss@host", or "nats://h0,tok@h1" (which may be a token
+			// with a comma): nats.go reads two URLs, and could show a piece of the
+			// password as a host. Refused; written "nats://tok@h1" it is not.
+			bad = "its user information holds a comma, which separates URLs (or a URL after it has user information but no nats://)"
+		}
+		for piece := range strings.SplitSeq(raw, ",") {
+			if bad != "" {
+				break
+			}
+			u := strings.TrimSpace(piece)
+			if !strings.Contains(u, "://") {
+				u = "nats://" + u // as nats.go reads it
+			}
+			parsed, err := url.Parse(u)
+			switch {
+			case err != nil:
+				bad = "it does not parse as a URL" // err quotes the URL: not shown
+			case parsed.Opaque != "" || parsed.Fragment != "" || parsed.RawQuery != "" || parsed.ForceQuery ||
+				(parsed.Path != "" && parsed.Path != "/" && !strings.HasPrefix(parsed.Scheme, "ws")):
+				bad = "part of it is read as a path, query or fragment"
+			case parsed.Host == "":
+				bad = "it names no host"
+			}
+		}
+		if bad != "" {
+			return fmt.Errorf("NATS server URL %d (%s, user information not shown): %s: "+fix, n+1, RedactURLs(raw), bad)
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -632,9 +633,30 @@ func TestConnectErrorKeepsCredentialsOut(t *testing.T) {
 		"nats://a:s3c#ret@h1:4222":    "nats://h1:4222",
 		"tls://t0ken@h1:4222,h2:4222": "tls://h1:4222,h2:4222",
 		"nats://a:p@ss@h1:4222":       "nats://h1:4222",
+		"nats://a:s3c,ret@h1:4222":    "nats://h1:4222",
+		"nats://h0:4222,a:s,3,c@h1":   "nats://h1", // one URL or two: either way no password
+		"nats://h0,nats://a:s3c@h1":   "nats://h0,nats://h1",
 	} {
 		if got := RedactURLs(in); got != want {
 			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestValidateURLsKeepsCredentialsOut: a URL whose password nats.go would misread (it
+// does not parse, or part of it lands in the host, path or next URL) is refused by
+// Validate, naming the URL without the password; a percent-encoded one passes.
+func TestValidateURLsKeepsCredentialsOut(t *testing.T) {
+	for _, pw := range []string{"s3c%ret", "s3c ret", "s3c,ret", "s3c/ret", "s3c?ret", "s3c#ret", "s3c%zzret"} {
+		for _, urls := range []string{"nats://bob:" + pw + "@h1:4222", "bob:" + pw + "@h1:4222", "nats://h0:4222,nats://" + pw + "@h1:4222"} {
+			err := ConnConfig{URLs: urls}.Validate()
+			if err == nil || strings.Contains(err.Error(), "s3c") || !strings.Contains(err.Error(), "h1:4222") {
+				t.Errorf("Validate(%q) = %v: want an error naming h1:4222 without the password", urls, err)
+			}
+		}
+		enc := strings.ReplaceAll(url.UserPassword("bob", pw).String(), ",", "%2C") // a comma is the list's
+		if err := (ConnConfig{URLs: "nats://" + enc + "@h1:4222,nats://h0:4222,nats://bob:pw@h2,h3"}).Validate(); err != nil {
+			t.Errorf("the password %q percent-encoded: %v", pw, err)
 		}
 	}
 }

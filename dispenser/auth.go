@@ -3,13 +3,13 @@ package dispenser
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/boundedfile"
 )
 
 // Credentials are one NATS user's credentials: at most one of User/Password, Token,
@@ -61,13 +61,13 @@ func (c Credentials) validate(prefix string) []error {
 	if m := c.methods(prefix); len(m) > 1 {
 		errs = append(errs, fmt.Errorf("choose one NATS authentication method for %s, got %s", connName(prefix), strings.Join(m, " and ")))
 	}
-	for _, f := range []struct{ flag, path string }{{prefix + "nkey", c.NKeySeedFile}, {prefix + "creds", c.CredsFile}} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.flag, err))
-		}
+	// A file that holds no seed fails now, naming it, not at every connect until
+	// --start-timeout.
+	if err := client.CheckNKeyFile(prefix+"nkey", c.NKeySeedFile); err != nil {
+		errs = append(errs, err)
+	}
+	if err := client.CheckCredsFile(prefix+"creds", c.CredsFile); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
@@ -101,8 +101,10 @@ func (c Config) credentials() Credentials {
 func (c Config) checkAuth() []error {
 	var errs []error
 	if c.NATSConfig != "" {
-		if _, err := os.Stat(c.NATSConfig); err != nil {
-			errs = append(errs, fmt.Errorf("--nats-config: %w", err))
+		// Read by the embedded server's parser: a named pipe or a device is refused
+		// here, within the bounds of every file the dispenser is given.
+		if _, err := boundedfile.Read("--nats-config", c.NATSConfig, 4<<20); err != nil {
+			errs = append(errs, err)
 		}
 		if c.NATS == "" {
 			// With --nats, checkNATS validates Conn; embedded, this does.

@@ -32,6 +32,7 @@ type stepName string
 // The stages of New, in the order steps runs them.
 const (
 	stepDataDir            stepName = "data dir"
+	stepFence              stepName = "fence"
 	stepEpoch              stepName = "epoch"
 	stepIDKey              stepName = "id key"
 	stepMySQL              stepName = "mysql"
@@ -63,7 +64,8 @@ const (
 // ID, which Close gives back if a later stage fails.
 func (d *Dispenser) steps() []step {
 	return []step{
-		{stepDataDir, d.lockDataDir}, // first: nothing may open the dir before it is ours
+		{stepDataDir, d.lockDataDir},     // first: nothing may open the dir before it is ours
+		{stepFence, d.checkFencePending}, // fence.go: an interrupted fence must be finished first
 		{stepEpoch, d.checkEpoch},
 		{stepIDKey, d.loadIDKey}, // idkey.go
 		{stepMySQL, d.checkMySQL},

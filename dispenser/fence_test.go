@@ -123,7 +123,7 @@ func TestRestoredDataDirFenced(t *testing.T) {
 
 	putBack(t, backup, cfg.DataDir)
 	ctx := testutil.Context(t, time.Minute)
-	report, err := Fence(ctx, cfg, DefaultFenceMargin, WithLogger(testutil.Logger(t)))
+	report, err := Fence(ctx, cfg, DefaultFenceMargin, false, WithLogger(testutil.Logger(t)))
 	if err != nil {
 		t.Fatalf("Fence: %v", err)
 	}
@@ -159,7 +159,7 @@ func TestFenceNeverOverflows(t *testing.T) {
 	cfg := testConfig(t)
 	serveSome(t, cfg, 1, WithTags(segment.Tag{Name: "near-end", Step: 10, MaxID: math.MaxInt64 - 100}))
 	ctx := testutil.Context(t, time.Minute)
-	report, err := Fence(ctx, cfg, 1000, WithLogger(testutil.Logger(t)))
+	report, err := Fence(ctx, cfg, 1000, true, WithLogger(testutil.Logger(t)))
 	if err != nil {
 		t.Fatalf("Fence: %v", err)
 	}
@@ -171,7 +171,7 @@ func TestFenceNeverOverflows(t *testing.T) {
 			t.Errorf("the sample tag fenced to %d from %d/%d", f.To, f.MaxID, f.Mark)
 		}
 	}
-	if _, err := Fence(ctx, cfg, 0, WithLogger(testutil.Logger(t))); err == nil || !strings.Contains(err.Error(), "--margin 0") {
+	if _, err := Fence(ctx, cfg, 0, false, WithLogger(testutil.Logger(t))); err == nil || !strings.Contains(err.Error(), "--margin 0") {
 		t.Errorf("Fence with margin 0 = %v, want a refusal naming --margin", err)
 	}
 
@@ -180,7 +180,7 @@ func TestFenceNeverOverflows(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(cfg.DataDir, "jetstream")); err != nil {
 		t.Fatal(err)
 	}
-	report, err = Fence(ctx, cfg, 1000, WithLogger(testutil.Logger(t)))
+	report, err = Fence(ctx, cfg, 1000, true, WithLogger(testutil.Logger(t)))
 	if !errors.Is(err, ErrFenceIncomplete) || len(report.Missing) == 0 {
 		t.Fatalf("Fence of a store that lost tags = %+v, %v; want ErrFenceIncomplete", report, err)
 	}
@@ -209,7 +209,7 @@ func TestRestoreCheckOldDataDir(t *testing.T) {
 	}
 
 	ctx := testutil.Context(t, time.Minute)
-	if _, err := Fence(ctx, cfg, 1000, later, WithLogger(testutil.Logger(t))); err != nil {
+	if _, err := Fence(ctx, cfg, 1000, false, later, WithLogger(testutil.Logger(t))); err != nil {
 		t.Fatal(err)
 	}
 	logs = &testutil.SyncBuffer{}
@@ -248,7 +248,7 @@ func TestRestoreCheckNATS(t *testing.T) {
 		t.Errorf("the refusal took %v: it was waited out", took)
 	}
 	ctx := testutil.Context(t, time.Minute)
-	if _, err := Fence(ctx, cfg, DefaultFenceMargin, later, WithLogger(testutil.Logger(t))); err != nil {
+	if _, err := Fence(ctx, cfg, DefaultFenceMargin, false, later, WithLogger(testutil.Logger(t))); err != nil {
 		t.Fatalf("Fence: %v", err)
 	}
 	d, err := newTest(t, cfg, later)

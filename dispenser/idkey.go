@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/leafbus/leafbus/internal/boundedfile"
 	"github.com/leafbus/leafbus/opaque"
 )
 
@@ -69,22 +70,15 @@ func LoadIDKey(cfg Config, warn func(msg string, args ...any)) ([]byte, error) {
 	if cfg.IDKeyFile == "" {
 		return nil, nil
 	}
-	st, err := os.Stat(cfg.IDKeyFile)
+	text, err := boundedfile.Read("--id-key-file", cfg.IDKeyFile, 4096)
 	if err != nil {
-		return nil, fmt.Errorf("--id-key-file: %w", err)
-	}
-	if st.Size() > 4096 {
-		return nil, fmt.Errorf("--id-key-file %s: %d bytes, not a key file (32 to 128 hex digits)", cfg.IDKeyFile, st.Size())
-	}
-	text, err := os.ReadFile(cfg.IDKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("--id-key-file: %w", err)
+		return nil, fmt.Errorf("%w (a key file holds 32 to 128 hex digits)", err)
 	}
 	key, err := ParseIDKey(text)
 	if err != nil {
 		return nil, fmt.Errorf("--id-key-file %s: %w", cfg.IDKeyFile, err)
 	}
-	if warn != nil && st.Mode().Perm()&0o077 != 0 {
+	if st, err := os.Stat(cfg.IDKeyFile); err == nil && warn != nil && st.Mode().Perm()&0o077 != 0 {
 		warn("the ID key file may be read by others than its owner: chmod 600 it", "file", cfg.IDKeyFile, "mode", st.Mode().Perm().String())
 	}
 	return key, nil

@@ -43,6 +43,9 @@ func (d *Dispenser) Run(ctx context.Context) error {
 			}
 		}, func(error) { close(stop) })
 	}
+	// The recovery watch stops first: what a clean stop takes down (the heartbeat, the
+	// connections) is no fault, and a fault is logged at WARN.
+	addLoop(&g, "recovery watch", d.recovery.Run)
 	{
 		stopped := make(chan struct{})
 		g.Add(func() error {
@@ -73,11 +76,11 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	// served by, the Manager. It gives its leases back when it stops.
 	addLoop(&g, "monotonic tags", d.mono.Run)
 	addLoop(&g, "segment loader", d.segments.Run)
-	// The pools fill once the tag list is in; before, every segment fill would fail.
-	addLoop(&g, "batch pools", afterReady(d.segments.Ready(), d.batches.Run))
-	addLoop(&g, "pool stream", afterReady(d.segments.Ready(), d.poolStream.Run))
+	// The pools fill once the tag list and the monotonic marks are in (Ready); before,
+	// every segment fill would fail, and say so at WARN.
+	addLoop(&g, "batch pools", afterReady(d.ready, d.batches.Run))
+	addLoop(&g, "pool stream", afterReady(d.ready, d.poolStream.Run))
 	addLoop(&g, "heartbeat", d.heartbeat.Run)
-	addLoop(&g, "recovery watch", d.recovery.Run)
 	addLoop(&g, "time responder", d.timeResponder.Run)
 	addLoop(&g, "announcer", d.announce)
 	addLoop(&g, "deployment record", d.watchDeployment) // deployment.go

@@ -500,6 +500,7 @@ func TestParseFlags(t *testing.T) {
 		{"ErrBadTag", []string{"--tags", "a\x01b"}, nil, true},
 		{"ErrInflightWithRate", []string{"--rate", "10", "--inflight", "2"}, nil, true},
 		{"ErrEmbeddedWithNats", []string{"--embedded", "--nats", "nats://x:4222"}, nil, true},
+		{"ErrEmbeddedWithNatsPassword", []string{"--embedded", "--nats", "nats://bob:s3cr3t@x:4222"}, nil, true},
 		{"ErrStoreDelayWithoutEmbedded", []string{"--store-delay", "10ms"}, nil, true},
 		{"ErrStoreDelayNegative", []string{"--embedded", "--store-delay", "-1s"}, nil, true},
 		{"ErrSpillWithoutCheck", []string{"--check-spill", "/tmp"}, nil, true},
@@ -548,6 +549,9 @@ func TestParseFlags(t *testing.T) {
 			if tt.wantErr {
 				if !errors.Is(err, ErrInvalidConfig) {
 					t.Fatalf("parseFlags(%v) error = %v, want ErrInvalidConfig", tt.args, err)
+				}
+				if strings.Contains(err.Error(), "s3cr3t") {
+					t.Errorf("the error shows the password: %v", err)
 				}
 				return
 			}

@@ -259,7 +259,7 @@ func (s *idShape) apply(cfg *Config) error {
 // something beside another; set holds the flags given on the command line.
 func checkFlagsTogether(cfg Config, set map[string]bool) error {
 	if cfg.Embedded && set["nats"] {
-		return fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, cfg.Conn.URLs)
+		return fmt.Errorf("%w: --embedded starts its own server; drop --nats %q", ErrInvalidConfig, client.RedactURLs(cfg.Conn.URLs))
 	}
 	if cfg.HTTP != "" && (set["nats"] || cfg.Embedded) {
 		return fmt.Errorf("%w: --http %s loads an HTTP server; drop --nats and --embedded", ErrInvalidConfig, cfg.HTTP)

@@ -221,7 +221,7 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 		}
 		for _, one := range values {
 			if err := fs.Set(f.Name, strings.TrimSpace(one)); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, masked(f.Name, v), err))
 			}
 		}
 	})

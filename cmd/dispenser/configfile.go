@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/internal/boundedfile"
 	"github.com/leafbus/leafbus/pools"
 )
 
@@ -40,11 +40,15 @@ import (
 // file may not set them (--leaf-properties it may).
 var configControl = []string{"config", "print-config"}
 
+// maxConfigFileBytes bounds a --config file, and a --leaf-properties file: a few
+// kilobytes in use.
+const maxConfigFileBytes = 4 << 20
+
 // readConfigFile reads a --config file into flag values, checked against fs.
 func readConfigFile(path string, fs *flag.FlagSet) (map[string][]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read("--config", path, maxConfigFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
+		return nil, err
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -107,7 +111,7 @@ func applyValues(fs *flag.FlagSet, values map[string][]string, given map[string]
 		}
 		for _, v := range values[name] {
 			if err := fs.Set(name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: --%s %q: %w", from(name), name, v, err))
+				errs = append(errs, fmt.Errorf("%s: --%s %q: %w", from(name), name, masked(name, v), err))
 			}
 		}
 		given[name] = from(name)
@@ -178,7 +182,8 @@ func yamlValue(f *flag.Flag) (string, error) {
 	return strings.TrimSuffix(string(b), "\n"), nil
 }
 
-// masked is a flag's value as --print-config shows it.
+// masked is a flag's value as --print-config and errors show it: the one place that
+// knows which flags hold secrets and how to cut them out of a value.
 func masked(name, value string) string {
 	const mask = "*****"
 	switch {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeFile writes content to name in a temp dir and returns the path.
@@ -335,5 +337,55 @@ func TestGCPercent(t *testing.T) {
 	}
 	if _, ok := gcPercent(func(k string) string { return map[string]string{"GOGC": "100"}[k] }); ok {
 		t.Error("GOGC=100 in the environment is overridden")
+	}
+}
+
+// continuedProperties is a leaf.properties file of about size bytes whose one value is
+// continued over lines of 10 characters, as a hostile or broken file may be.
+func continuedProperties(size int) []byte {
+	var b strings.Builder
+	b.WriteString("leaf.name=")
+	for b.Len() < size {
+		b.WriteString("abcdefgh\\\n")
+	}
+	b.WriteString("end\nleaf.jdbc.username=leaf\n")
+	return []byte(b.String())
+}
+
+// TestParsePropertiesLongContinuation: a 1 MB logical line of continuations is read
+// whole, within a bound that the old quadratic join (16.5 s for 1 MB, far more under
+// -race) does not meet; BenchmarkParsePropertiesContinuation shows the growth.
+func TestParsePropertiesLongContinuation(t *testing.T) {
+	t.Parallel()
+	data := continuedProperties(1 << 20)
+	done := make(chan error, 1)
+	go func() {
+		props, err := parseProperties(data)
+		if err == nil && (len(props["leaf.name"]) < 800_000 || !strings.HasSuffix(props["leaf.name"], "abcdefghend") || props["leaf.jdbc.username"] != "leaf") {
+			err = fmt.Errorf("leaf.name of %d bytes, username %q", len(props["leaf.name"]), props["leaf.jdbc.username"])
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a 1 MB continued line not parsed within 30s")
+	}
+}
+
+func BenchmarkParsePropertiesContinuation(b *testing.B) {
+	for _, size := range []int{64 << 10, 256 << 10, 1 << 20} {
+		data := continuedProperties(size)
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if _, err := parseProperties(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

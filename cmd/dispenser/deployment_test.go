@@ -197,4 +197,8 @@ func TestFenceCommand(t *testing.T) {
 	if code, _, errOut := run(t, "fence", "--data-dir", dir, "--margin", "0"); code != 2 || !strings.Contains(errOut, "--margin 0") {
 		t.Errorf("dispenser fence --margin 0: exit %d\nstderr: %s", code, errOut)
 	}
+	// A margin that uses every tag up is refused without --confirm, before anything.
+	if code, _, errOut := run(t, "fence", "--data-dir", dir, "--margin", "9223372036854775807"); code != 2 || !strings.Contains(errOut, "--confirm") {
+		t.Errorf("dispenser fence --margin 9223372036854775807: exit %d\nstderr: %s", code, errOut)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/dispenser"
+	"github.com/leafbus/leafbus/wire"
 )
 
 const fenceUsage = `Usage: dispenser fence [--margin N] [the dispenser's flags]
@@ -27,8 +28,17 @@ the data dir's lock), before that dispenser starts:
   dispenser fence --data-dir /var/lib/leafbus --nats ... --segment-store mysql --mysql-dsn ...
 
 Choose N above the most IDs any tag may have served since the copy was taken; the
-default covers ten billion. The fence names tags this data dir served that the store no
-longer has, and the max_id to add them back with.
+default covers ten billion. A margin above 2^40, or one that would raise a tag to the
+largest int64 (using it up for good), needs --confirm. The fence names tags this data
+dir served that the store no longer has, and the max_id to add them back with.
+
+Every row is checked before any is written. Rows no dispenser can serve (an empty
+biz_tag, a control character: Leaf's table accepts them) are skipped and named. The
+max_id of every tag is written to <data-dir>/fence.pending before the first row is
+raised: an interrupted fence is finished by running it again (each tag raised to the
+same max_id, none twice), and a dispenser refuses to start from the dir until then. A
+second run after a finished fence raises every tag by N again: it cannot tell a repeat
+from a data dir put back from a copy taken after the fence.
 
 Flags:
 `
@@ -37,15 +47,23 @@ func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := defaultConfig()
 	fs := adminFlagSet(&cfg, "dispenser fence", fenceUsage, stderr)
 	margin := fs.Int64("margin", dispenser.DefaultFenceMargin, "raise every tag this many IDs above max(max_id, mark)")
+	confirm := fs.Bool("confirm", false, fmt.Sprintf("allow a --margin above %d, or one that raises a tag to the largest int64 (using it up)", dispenser.MaxUnconfirmedFenceMargin))
 	if err := cfg.parseFlags(fs, args, os.Getenv); err != nil {
 		return err
 	}
-	if *margin < 1 {
-		return &usageError{fmt.Errorf("--margin %d: want at least 1", *margin)}
+	if err := dispenser.CheckFenceMargin(*margin, *confirm); err != nil {
+		return &usageError{err}
 	}
-	report, err := dispenser.Fence(ctx, cfg.Config, *margin, dispenser.WithLogger(cfg.logger(stderr)))
+	report, err := dispenser.Fence(ctx, cfg.Config, *margin, *confirm, dispenser.WithLogger(cfg.logger(stderr)))
+	for _, sk := range report.Skipped {
+		fmt.Fprintf(stdout, "skipped %s: %s (no dispenser serves it; left as it is)\n", wire.Quote(sk.Tag), sk.Reason)
+	}
 	if len(report.Tags) == 0 && len(report.Missing) == 0 && err != nil {
 		return err
+	}
+	if report.Resumed {
+		fmt.Fprintf(stdout, "finished the fence begun at %s (margin %d): each tag raised to the max_id that run recorded\n",
+			report.At.UTC().Format(time.RFC3339), report.Margin)
 	}
 	if !report.LastRecord.IsZero() {
 		fmt.Fprintf(stdout, "the data dir's last record: %s (%v before the fence)\n",

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafbus/leafbus/internal/boundedfile"
 )
 
 // --leaf-properties: a Leaf server's own leaf.properties, read as that server reads it
@@ -41,9 +42,9 @@ type leafProperties struct {
 // readLeafProperties reads path and maps it to flags; ip is this host's IPv4 address as
 // Leaf finds it (firstIPv4), asked only when the snowflake part is enabled.
 func readLeafProperties(path string, ip func() (string, error)) (leafProperties, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read("--leaf-properties", path, maxConfigFileBytes)
 	if err != nil {
-		return leafProperties{}, fmt.Errorf("--leaf-properties: %w", err)
+		return leafProperties{}, err
 	}
 	props, err := parseProperties(data)
 	if err != nil {
@@ -140,7 +141,13 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 	}
 	hosts, rest, _ := strings.Cut(rest, "/")
 	dbPart, query, _ := strings.Cut(rest, "?")
-	if strings.Contains(hosts, ",") || strings.HasPrefix(hosts, "address=") || strings.Contains(hosts, "@") {
+	// A user@ or user:password@ in the URL is refused, wherever its characters put it:
+	// a "/" or "?" in the password ends the hosts early, and the rest lands in the port
+	// or the database name.
+	_, port, splitErr := net.SplitHostPort(hosts)
+	userInfo := strings.Contains(hosts, "@") || strings.ContainsAny(dbPart, "@/") ||
+		splitErr == nil && strings.Trim(port, "0123456789") != ""
+	if strings.Contains(hosts, ",") || strings.HasPrefix(hosts, "address=") || userInfo {
 		return "", nil, fmt.Errorf("leaf.jdbc.url %q names its hosts in a form the dispenser does not read (several hosts, address=(...), user@host): give --mysql-dsn", jdbcShown(jdbc))
 	}
 	addr := hosts
@@ -152,11 +159,12 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 	}
 	db, err := url.PathUnescape(dbPart)
 	if err != nil {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q: database: %w", jdbcShown(jdbc), err)
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q: the database name is not percent-encoded right", jdbcShown(jdbc))
 	}
 	params, err := url.ParseQuery(query)
 	if err != nil {
-		return "", nil, fmt.Errorf("leaf.jdbc.url %q: parameters: %w", jdbcShown(jdbc), err)
+		// err quotes the bad escape, which may be in a password.
+		return "", nil, fmt.Errorf("leaf.jdbc.url %q: its parameters are not percent-encoded right", jdbcShown(jdbc))
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName, cfg.User, cfg.Passwd = "tcp", addr, db, user, password
@@ -197,10 +205,29 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 			case "VERIFY_CA", "VERIFY_IDENTITY":
 				tls = "true"
 			}
-		case "verifyservercertificate":
-		default:
-			ignored = append(ignored, name+"="+shownParam(name, params.Get(name)))
 		}
+	}
+	// The parameters left out, in the URL's order. After a secret's parameter, an "&"
+	// may have been the password's own: names and values after it are counted, not
+	// shown, and so is a parameter without "=".
+	hidden, afterSecret := 0, false
+	for _, raw := range strings.Split(query, "&") {
+		name, value, hasValue := strings.Cut(raw, "=")
+		name, _ = url.QueryUnescape(name)
+		value, _ = url.QueryUnescape(value)
+		switch lower := strings.ToLower(name); {
+		case raw == "" || lower == "user" && !afterSecret || lower == "password" ||
+			lower == "connecttimeout" || lower == "sockettimeout" || lower == "usessl" || lower == "sslmode" || lower == "verifyservercertificate":
+			afterSecret = afterSecret || lower == "password"
+		case !hasValue || afterSecret:
+			hidden++
+		default:
+			ignored = append(ignored, name+"="+shownParam(name, value))
+			afterSecret = afterSecret || shownParam(name, "") != ""
+		}
+	}
+	if hidden > 0 {
+		ignored = append(ignored, fmt.Sprintf("%d more not shown (after a password, or without =)", hidden))
 	}
 	if tls == "true" && strings.EqualFold(params.Get("verifyServerCertificate"), "false") {
 		tls = "skip-verify"
@@ -216,7 +243,8 @@ func jdbcDSN(jdbc, user, password string) (string, []string, error) {
 // hold user and password (and whose errors are not the URL's), and with any user@ (a
 // form it refuses anyway) cut to "...@".
 func jdbcShown(jdbc string) string {
-	shown, query, hasQuery := strings.Cut(jdbc, "?")
+	// The last "@" first: a "?" may be in the password before it.
+	shown := jdbc
 	if at := strings.LastIndex(shown, "@"); at >= 0 {
 		if start := strings.Index(shown, "//"); start >= 0 && start < at {
 			shown = shown[:start+2] + "...@" + shown[at+1:]
@@ -224,8 +252,8 @@ func jdbcShown(jdbc string) string {
 			shown = "...@" + shown[at+1:]
 		}
 	}
-	if hasQuery && query != "" {
-		shown += "?..."
+	if before, query, ok := strings.Cut(shown, "?"); ok && query != "" {
+		shown = before + "?..."
 	}
 	return shown
 }
@@ -234,7 +262,7 @@ func jdbcShown(jdbc string) string {
 // says it is a secret (Connector/J's trustCertificateKeyStorePassword and the like).
 func shownParam(name, value string) string {
 	lower := strings.ToLower(name)
-	for _, secret := range []string{"password", "secret", "token", "credential"} {
+	for _, secret := range []string{"password", "secret", "token", "credential", "pwd"} {
 		if strings.Contains(lower, secret) {
 			return "****"
 		}
@@ -279,12 +307,21 @@ func parseProperties(data []byte) (map[string]string, error) {
 		if line == "" || line[0] == '#' || line[0] == '!' {
 			continue
 		}
-		for endsInEscape(line) && i+1 < len(lines) {
-			i++
-			line = line[:len(line)-1] + strings.TrimLeft(lines[i], " \t\f")
-		}
 		if endsInEscape(line) {
-			line = line[:len(line)-1] // a continuation at the end of the file
+			// Joined in one builder: joining line by line copied the text so far at
+			// every line, quadratic in a logical line's length. A piece's own trailing
+			// backslashes decide whether the next line continues it, as in Java.
+			var b strings.Builder
+			b.WriteString(line[:len(line)-1])
+			for more := true; more && i+1 < len(lines); {
+				i++
+				next := strings.TrimLeft(lines[i], " \t\f")
+				if more = endsInEscape(next); more {
+					next = next[:len(next)-1] // a continuation at the end of the file too
+				}
+				b.WriteString(next)
+			}
+			line = b.String()
 		}
 		key, value := splitProperty(line)
 		k, err := unescapeProperty(key)

@@ -47,15 +47,20 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return exitCode(runVersion(args[1:], stdout), stderr)
 		}
 	}
+	return runServe(ctx, args, os.Getenv, stdout, stderr)
+}
+
+// runServe is the serve command (and --print-config) with its environment from getenv.
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	m := NewMain()
-	m.Stdout, m.Stderr = stdout, stderr
+	m.Stdout, m.Stderr, m.Getenv = stdout, stderr, getenv
 	if err := m.ParseFlags(args); err != nil {
 		return exitCode(err, stderr)
 	}
 	if m.Config.PrintConfig {
 		return exitCode(printConfig(stdout, m.Config.fs, m.Config.sources), stderr)
 	}
-	err = m.Run(ctx)
+	err := m.Run(ctx)
 	_ = m.Close() // logged by Close
 	return exitCode(err, stderr)
 }

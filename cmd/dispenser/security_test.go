@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +22,7 @@ const rolesConf = "../../deploy/nats-roles.conf"
 // come from flags or LEAFBUS_* variables into the dispenser's configuration, and their
 // mistakes are usage errors that name the flags.
 func TestSecurityFlags(t *testing.T) {
-	creds := filepath.Join(t.TempDir(), "svc.creds")
-	if err := os.WriteFile(creds, []byte("not checked here"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	creds, _ := testutil.CredsFile(t, t.TempDir())
 	tests := []struct {
 		name    string
 		args    []string
