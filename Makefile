@@ -108,7 +108,8 @@ chaos: deps
 		$(GO) test -count=1 -timeout 15m -run '^TestChaos$$' -v ./chaos
 
 # test-js: the Node.js client (clients/js, npm package @leafbus/client) built and tested
-# with node --test against the real dispenser binary, about 10 s. It needs Node.js 20 or
+# with node --test against the real dispenser binary, and its `npm pack` tarball installed
+# into an empty project and run there; about 15 s. It needs Node.js 20 or
 # later with npm, and the npm registry (or npm's cache) for `npm ci`, which runs only
 # when node_modules is missing or older than package-lock.json. No Node fails the step.
 .PHONY: test-js
@@ -122,4 +123,4 @@ test-js:
 	cd clients/js && npm run --silent build
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
 		$(GO) build -o "$$dir/dispenser" ./cmd/dispenser && \
-		cd clients/js && LEAFBUS_DISPENSER_BIN="$$dir/dispenser" node --test --test-timeout=120000 test/client.test.mjs
+		cd clients/js && LEAFBUS_DISPENSER_BIN="$$dir/dispenser" node --test --test-timeout=120000 test/client.test.mjs test/pack.test.mjs
