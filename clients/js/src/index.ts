@@ -234,7 +234,8 @@ export class Client {
   readonly timeoutMs: number;
   private readonly nc: NatsConnection;
   private readonly binaryHeaders: MsgHdrs;
-  private readonly subjects = new Map<string, string>(); // kind + "\0" + tag -> subject
+  // Subjects already built, per kind: tag -> subject (bounded; a miss only re-encodes).
+  private readonly subjects: Record<Kind, Map<string, string>> = { segment: new Map(), snowflake: new Map() };
   private hedgedCount = 0;
 
   constructor(nc: NatsConnection, opts: ClientOptions = {}) {
@@ -264,13 +265,13 @@ export class Client {
   }
 
   /** One ID of segment tag `tag`. */
-  async segment(tag: string): Promise<bigint> {
-    return (await this.ids("segment", tag, 1))[0];
+  segment(tag: string): Promise<bigint> {
+    return this.one("segment", tag);
   }
 
   /** One snowflake ID; `tag` labels the caller in the dispenser's statistics. */
-  async snowflake(tag: string): Promise<bigint> {
-    return (await this.ids("snowflake", tag, 1))[0];
+  snowflake(tag: string): Promise<bigint> {
+    return this.one("snowflake", tag);
   }
 
   /** n IDs of segment tag `tag`, strictly increasing, in one request (binary encoding). */
@@ -285,17 +286,37 @@ export class Client {
 
   /** The subject that asks for IDs of kind and tag, or the 400 a dispenser would answer. */
   subject(kind: Kind, tag: string): string {
-    const key = kind + "\0" + tag;
-    let s = this.subjects.get(key);
-    if (s !== undefined) return s;
-    if (kind !== "segment" && kind !== "snowflake") {
+    const cache = this.subjects[kind];
+    if (cache === undefined) {
       throw new LeafbusError(400, `kind ${JSON.stringify(kind)}: want "segment" or "snowflake"`);
     }
+    let s = cache.get(tag);
+    if (s !== undefined) return s;
     const bad = checkTag(tag);
     if (bad !== undefined) throw new LeafbusError(400, bad, `${kind} IDs for ${quote(String(tag))}`);
     s = `${this.prefix}.${kind}.${tagToken(tag)}`;
-    if (this.subjects.size < 10_000) this.subjects.set(key, s);
+    if (cache.size < 10_000) cache.set(tag, s);
     return s;
+  }
+
+  // one asks for one ID (a text reply) with as few steps as a bare request takes.
+  private one(kind: Kind, tag: string): Promise<bigint> {
+    let subject: string;
+    try {
+      subject = this.subject(kind, tag);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.requestHedged(subject, undefined, undefined).then(
+      (reply) => {
+        const id = parseOne(reply.data);
+        if (id !== undefined) return id;
+        const ids = decodeIds(reply.data, false); // throws the reason
+        throw new LeafbusError(0, `bad reply: ${ids.length} IDs, asked for 1`);
+      },
+    ).catch((err) => {
+      throw withContext(err, `${kind} IDs for ${quote(tag)}`);
+    });
   }
 
   /** n IDs of the kind and tag in one request: text for one ID, binary for a batch, as the Go client asks. */
@@ -382,25 +403,28 @@ export class Client {
   // the first answer of any copy is the answer (IDs or an error reply). A first answer
   // of "no responders" is asked once more after hedgeMs, and that answer stands. Late
   // answers are dropped: a gap in the IDs, never a duplicate.
-  private async requestHedged(subject: string, data: string | undefined, h: MsgHdrs | undefined): Promise<Msg> {
+  private requestHedged(subject: string, data: string | undefined, h: MsgHdrs | undefined): Promise<Msg> {
     if (this.hedgeMs <= 0) return this.request(subject, data, h, this.timeoutMs);
     const deadline = Date.now() + this.timeoutMs;
-    const firstWait = Math.min(this.hedgeMs, this.timeoutMs);
-    try {
-      return await this.request(subject, data, h, firstWait);
-    } catch (err) {
-      if (isNoResponders(err)) {
-        const left = deadline - Date.now();
-        if (left <= this.hedgeMs) throw err;
-        await sleep(this.hedgeMs);
-        try {
-          return await this.request(subject, data, h, Math.min(this.hedgeMs, deadline - Date.now()));
-        } catch (err2) {
-          if (!isTimeout(err2) || deadline - Date.now() <= 0) throw err2;
-        }
-      } else if (!isTimeout(err) || deadline - Date.now() <= 0) {
-        throw err;
+    return this.nc
+      .request(subject, data, { timeout: Math.max(1, Math.ceil(Math.min(this.hedgeMs, this.timeoutMs))), headers: h })
+      .then(checkReply, (err) => this.afterFirst(err, subject, data, h, deadline));
+  }
+
+  // afterFirst goes on from a first request that failed with err: no responders is
+  // asked once more after the hedge delay; a timeout starts the race of copies.
+  private async afterFirst(err: unknown, subject: string, data: string | undefined, h: MsgHdrs | undefined, deadline: number): Promise<Msg> {
+    if (isNoResponders(err)) {
+      const left = deadline - Date.now();
+      if (left <= this.hedgeMs) throw err;
+      await sleep(this.hedgeMs);
+      try {
+        return await this.request(subject, data, h, Math.min(this.hedgeMs, deadline - Date.now()));
+      } catch (err2) {
+        if (!isTimeout(err2) || deadline - Date.now() <= 0) throw err2;
       }
+    } else if (!isTimeout(err) || deadline - Date.now() <= 0) {
+      throw err;
     }
     return this.race(subject, data, h, deadline);
   }
@@ -450,12 +474,31 @@ export class Client {
   }
 
   // request sends one request and turns a service error reply into a LeafbusError.
-  private async request(subject: string, data: string | undefined, h: MsgHdrs | undefined, timeout: number): Promise<Msg> {
-    const reply = await this.nc.request(subject, data, { timeout: Math.max(1, Math.ceil(timeout)), headers: h });
-    const err = replyError(reply.headers);
-    if (err) throw err;
-    return reply;
+  private request(subject: string, data: string | undefined, h: MsgHdrs | undefined, timeout: number): Promise<Msg> {
+    return this.nc.request(subject, data, { timeout: Math.max(1, Math.ceil(timeout)), headers: h }).then(checkReply);
   }
+}
+
+// checkReply returns reply, or throws the service error it carries.
+function checkReply(reply: Msg): Msg {
+  const err = replyError(reply.headers);
+  if (err) throw err;
+  return reply;
+}
+
+// parseOne is the ID of a text reply of one ID, or undefined for anything else (which
+// decodeIds then names).
+function parseOne(body: Uint8Array): bigint | undefined {
+  const n = body.length;
+  if (n === 0 || n > 19) return undefined;
+  let s = "";
+  for (let i = 0; i < n; i++) {
+    const c = body[i];
+    if (c < 0x30 || c > 0x39) return undefined;
+    s += String.fromCharCode(c);
+  }
+  const v = BigInt(s);
+  return v >= 1n && v <= MAX_ID ? v : undefined;
 }
 
 function withContext(err: unknown, context: string): unknown {
