@@ -38,11 +38,15 @@ try {
   if (err.code !== 409) throw err;
 }
 
-// rate runs `workers` loops of one(), each awaiting its call, for ms; calls per second.
+// rate runs `workers` loops of one(), each awaiting its call, for ms: calls per second,
+// and this process's CPU time per call in microseconds (what the client adds to a call,
+// which other load on the host disturbs far less than the rate).
+const cpu = [];
 async function rate(one, workers) {
   let n = 0;
   const end = performance.now() + ms;
   const start = performance.now();
+  const cpu0 = process.cpuUsage();
   await Promise.all(
     Array.from({ length: workers }, async () => {
       while (performance.now() < end) {
@@ -51,6 +55,8 @@ async function rate(one, workers) {
       }
     }),
   );
+  const used = process.cpuUsage(cpu0);
+  cpu.push((used.user + used.system) / n);
   return n / ((performance.now() - start) / 1000);
 }
 
@@ -67,17 +73,23 @@ const lines = [];
 for (const workers of values.concurrency.split(",").map(Number)) {
   const a = [];
   const b = [];
+  const ca = [];
+  const cb = [];
   for (let r = 0; r < rounds; r++) {
     a.push(await rate(bare, workers));
+    ca.push(cpu.at(-1));
     b.push(await rate(viaClient, workers));
+    cb.push(cpu.at(-1));
   }
   const ratios = a.map((x, i) => b[i] / x);
   lines.push(
     `single ID, ${workers} in flight: bare nc.request ${median(a).toFixed(0)}/s, client.segment ${median(b).toFixed(0)}/s, ` +
-      `ratio ${median(ratios).toFixed(2)} (rounds: ${ratios.map((x) => x.toFixed(2)).join(" ")})`,
+      `ratio ${median(ratios).toFixed(2)} (rounds: ${ratios.map((x) => x.toFixed(2)).join(" ")}); ` +
+      `CPU per call ${median(ca).toFixed(1)} µs bare, ${median(cb).toFixed(1)} µs client`,
   );
   console.log(lines.at(-1));
 }
+console.log(`requests the client sent again (hedged): ${client.hedged}`);
 
 // buffer.next(): awaited one at a time, as a caller does; ns per call over the run,
 // fetches included.

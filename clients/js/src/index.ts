@@ -237,6 +237,7 @@ export class Client {
   // Subjects already built, per kind: tag -> subject (bounded; a miss only re-encodes).
   private readonly subjects: Record<Kind, Map<string, string>> = { segment: new Map(), snowflake: new Map() };
   private hedgedCount = 0;
+  private readonly firstWait: number; // ms the first copy of a hedged request waits
 
   constructor(nc: NatsConnection, opts: ClientOptions = {}) {
     const prefix = opts.prefix ?? DEFAULT_PREFIX;
@@ -255,6 +256,7 @@ export class Client {
     this.prefix = prefix;
     this.hedgeMs = hedgeMs;
     this.timeoutMs = timeoutMs;
+    this.firstWait = Math.max(1, Math.ceil(Math.min(hedgeMs, timeoutMs)));
     this.binaryHeaders = headers();
     this.binaryHeaders.set("Leaf-Encoding", "binary");
   }
@@ -307,16 +309,19 @@ export class Client {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.requestHedged(subject, undefined, undefined).then(
-      (reply) => {
-        const id = parseOne(reply.data);
-        if (id !== undefined) return id;
-        const ids = decodeIds(reply.data, false); // throws the reason
-        throw new LeafbusError(0, `bad reply: ${ids.length} IDs, asked for 1`);
-      },
-    ).catch((err) => {
+    const fail = (err: unknown) => {
       throw withContext(err, `${kind} IDs for ${quote(tag)}`);
-    });
+    };
+    if (this.hedgeMs <= 0) return this.request(subject, undefined, undefined, this.timeoutMs).then(oneId, fail);
+    // requestHedged inlined: one promise from the request to the ID when all goes well.
+    const deadline = Date.now() + this.timeoutMs;
+    return this.nc.request(subject, undefined, { timeout: this.firstWait }).then(
+      (reply) => {
+        const err = replyError(reply.headers);
+        return err ? fail(err) : oneId(reply);
+      },
+      (err) => this.afterFirst(err, subject, undefined, undefined, deadline).then(oneId, fail),
+    );
   }
 
   /** n IDs of the kind and tag in one request: text for one ID, binary for a batch, as the Go client asks. */
@@ -407,7 +412,7 @@ export class Client {
     if (this.hedgeMs <= 0) return this.request(subject, data, h, this.timeoutMs);
     const deadline = Date.now() + this.timeoutMs;
     return this.nc
-      .request(subject, data, { timeout: Math.max(1, Math.ceil(Math.min(this.hedgeMs, this.timeoutMs))), headers: h })
+      .request(subject, data, { timeout: this.firstWait, headers: h })
       .then(checkReply, (err) => this.afterFirst(err, subject, data, h, deadline));
   }
 
@@ -486,19 +491,31 @@ function checkReply(reply: Msg): Msg {
   return reply;
 }
 
+// oneId is the ID of a text reply of one ID; anything else throws decodeIds' reason or
+// a bad count.
+function oneId(reply: Msg): bigint {
+  const id = parseOne(reply.data);
+  if (id !== undefined) return id;
+  const ids = decodeIds(reply.data, false);
+  throw new LeafbusError(0, `bad reply: ${ids.length} IDs, asked for 1`);
+}
+
 // parseOne is the ID of a text reply of one ID, or undefined for anything else (which
-// decodeIds then names).
+// decodeIds then names). Up to 15 digits a Number holds the value exactly.
 function parseOne(body: Uint8Array): bigint | undefined {
   const n = body.length;
   if (n === 0 || n > 19) return undefined;
-  let s = "";
+  let v = 0;
   for (let i = 0; i < n; i++) {
     const c = body[i];
     if (c < 0x30 || c > 0x39) return undefined;
-    s += String.fromCharCode(c);
+    v = v * 10 + (c - 0x30);
   }
-  const v = BigInt(s);
-  return v >= 1n && v <= MAX_ID ? v : undefined;
+  if (n <= 15) return v >= 1 ? BigInt(v) : undefined;
+  let s = "";
+  for (let i = 0; i < n; i++) s += String.fromCharCode(body[i]);
+  const b = BigInt(s);
+  return b >= 1n && b <= MAX_ID ? b : undefined;
 }
 
 function withContext(err: unknown, context: string): unknown {
