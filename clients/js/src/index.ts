@@ -427,21 +427,23 @@ export class Client {
         return await this.request(subject, data, h, Math.min(this.hedgeMs, deadline - Date.now()));
       } catch (err2) {
         if (!isTimeout(err2) || deadline - Date.now() <= 0) throw err2;
+        err = err2;
       }
     } else if (!isTimeout(err) || deadline - Date.now() <= 0) {
       throw err;
     }
-    return this.race(subject, data, h, deadline);
+    return this.race(subject, data, h, deadline, err);
   }
 
   // race sends copies at growing intervals until one is answered or the deadline passes.
-  private race(subject: string, data: string | undefined, h: MsgHdrs | undefined, deadline: number): Promise<Msg> {
+  // firstErr (a timeout) is the error when the deadline passes with no copy answered.
+  private race(subject: string, data: string | undefined, h: MsgHdrs | undefined, deadline: number, firstErr: unknown): Promise<Msg> {
     return new Promise<Msg>((resolve, reject) => {
       let waiting = 0;
       let done = false;
       let gap = this.hedgeMs;
       let timer: ReturnType<typeof setTimeout> | undefined;
-      let lastErr: unknown;
+      let lastErr: unknown = firstErr;
       const finish = (f: () => void) => {
         if (done) return;
         done = true;
