@@ -130,8 +130,22 @@ test("batches in both encodings", async () => {
   increasing(ids);
 });
 
-test("a buffer: 100,000 next() calls, all distinct, increasing", async () => {
-  const buf = client.buffer("segment", "orders", { size: 1000 });
+test("a buffer: 100,000 next() calls, all distinct, increasing, one request per batch", async () => {
+  // The connection as the client sees it, counting its requests.
+  let requests = 0;
+  const counting = new Proxy(nc, {
+    get(target, prop) {
+      if (prop === "request") {
+        return (...args) => {
+          requests++;
+          return target.request(...args);
+        };
+      }
+      const v = target[prop];
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+  const buf = createClient(counting, { timeoutMs: 10_000 }).buffer("segment", "orders", { size: 1000 });
   let last = 0n;
   const n = 100_000;
   const seen = new Set();
@@ -146,6 +160,8 @@ test("a buffer: 100,000 next() calls, all distinct, increasing", async () => {
   }
   assert.equal(seen.size, n);
   assert.ok(buf.available <= 2000);
+  // 100 batches of 1000 and the one fetched ahead, not one per next(); copies only of fetches slower than the hedge delay.
+  assert.ok(requests >= 100 && requests <= 200, `${requests} requests for ${n} IDs in batches of 1000`);
   buf.close();
   await assert.rejects(buf.next(), BufferClosedError);
   const sf = client.buffer("snowflake", "orders", { size: 100 });
