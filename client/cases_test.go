@@ -40,11 +40,23 @@ type clientCases struct {
 		Description string            `json:"description"`
 		BadReply    bool              `json:"bad_reply"`
 	} `json:"replies"`
+	Decodes []struct {
+		ID          string            `json:"id"`
+		Reply       string            `json:"reply"`
+		Headers     map[string]string `json:"headers"`
+		Timestamp   int64             `json:"timestamp"`
+		Time        string            `json:"time"`
+		WorkerID    int64             `json:"worker_id"`
+		Sequence    int64             `json:"sequence"`
+		Code        int               `json:"code"`
+		Description string            `json:"description"`
+	} `json:"decodes"`
 }
 
 // TestSharedCases runs the shared table through the Go client: each tag's subject token
 // as a responder sees it, each invalid tag's 400 and reason, and what the client makes
-// of each reply (IDs, the error code and text, or a reply that breaks the protocol).
+// of each reply (IDs, the error code and text, or a reply that breaks the protocol), and
+// of each decode reply.
 func TestSharedCases(t *testing.T) {
 	raw, err := os.ReadFile("../clients/testdata/cases.json")
 	if err != nil {
@@ -54,7 +66,7 @@ func TestSharedCases(t *testing.T) {
 	if err := json.Unmarshal(raw, &cases); err != nil {
 		t.Fatal(err)
 	}
-	if len(cases.Tags) == 0 || len(cases.InvalidTags) == 0 || len(cases.Replies) == 0 {
+	if len(cases.Tags) == 0 || len(cases.InvalidTags) == 0 || len(cases.Replies) == 0 || len(cases.Decodes) == 0 {
 		t.Fatal("cases.json has an empty section")
 	}
 
@@ -86,6 +98,25 @@ func TestSharedCases(t *testing.T) {
 		if r.BodyHex != "" {
 			out.Data, _ = hex.DecodeString(r.BodyHex)
 		}
+		_ = m.RespondMsg(out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	decodes := map[string]int{} // ID -> index in cases.Decodes
+	for i, d := range cases.Decodes {
+		decodes[d.ID] = i
+	}
+	if _, err := responder.Subscribe(prefix+".decode.snowflake", func(m *nats.Msg) {
+		i, ok := decodes[string(m.Data)]
+		if !ok {
+			return // the test fails on the timeout: the client sent another body
+		}
+		d := cases.Decodes[i]
+		out := nats.NewMsg(m.Reply)
+		for k, v := range d.Headers {
+			out.Header.Set(k, v)
+		}
+		out.Data = []byte(d.Reply)
 		_ = m.RespondMsg(out)
 	}); err != nil {
 		t.Fatal(err)
@@ -148,6 +179,24 @@ func TestSharedCases(t *testing.T) {
 			if !errors.As(err, &e) || e.Code != r.Code || e.Description != r.Description {
 				t.Errorf("%s: %v, want code %d and %q", r.Name, err, r.Code, r.Description)
 			}
+		}
+	}
+	for _, d := range cases.Decodes {
+		id, err := strconv.ParseInt(d.ID, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Decode(ctx, id)
+		if d.Code != 0 {
+			var e *wire.Error
+			if !errors.As(err, &e) || e.Code != d.Code || e.Description != d.Description {
+				t.Errorf("decode %s: %v, want code %d and %q", d.ID, err, d.Code, d.Description)
+			}
+			continue
+		}
+		want := wire.DecodedID{ID: d.ID, Timestamp: d.Timestamp, Time: d.Time, WorkerID: d.WorkerID, Sequence: d.Sequence}
+		if err != nil || got != want {
+			t.Errorf("decode %s: %+v, %v; want %+v", d.ID, got, err, want)
 		}
 	}
 }

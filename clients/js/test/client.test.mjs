@@ -177,7 +177,7 @@ test("a buffer reports a fetch's error once it is empty", async () => {
   buf.close();
 });
 
-test("the table of replies (shared with the Go client)", async () => {
+test("the table of replies and decodes (shared with the Go client)", async () => {
   // A responder under another prefix on the same NATS server answers as each case says.
   const byToken = new Map(cases.replies.map((c) => [tagToken(`case-${c.name}`), c]));
   const sub = nc.subscribe("conf.segment.*", {
@@ -202,6 +202,33 @@ test("the table of replies (shared with the Go client)", async () => {
         await rejectsWith(p, c.code, c.description);
         await p.catch((err) => assert.equal(err.description, c.description, c.name));
       }
+    }
+    // Decode replies: the fields the Go client gives too.
+    const byId = new Map(cases.decodes.map((d) => [d.id, d]));
+    const dsub = nc.subscribe("conf.decode.snowflake", {
+      callback: (_err, m) => {
+        const d = byId.get(m.string());
+        if (!d) return; // the client sent another body: the call times out and fails
+        const h = headers();
+        for (const [k, v] of Object.entries(d.headers ?? {})) h.set(k, v);
+        m.respond(d.reply ?? "", { headers: h });
+      },
+    });
+    await nc.flush();
+    try {
+      for (const d of cases.decodes) {
+        if (d.code) {
+          await rejectsWith(conf.decode(BigInt(d.id)), d.code, d.description);
+          continue;
+        }
+        const got = await conf.decode(BigInt(d.id));
+        assert.deepEqual(
+          { id: got.id, timestamp: got.timestamp, time: got.time, workerId: got.workerId, sequence: got.sequence },
+          { id: d.id, timestamp: d.timestamp, time: d.time, workerId: d.worker_id, sequence: d.sequence },
+        );
+      }
+    } finally {
+      dsub.unsubscribe();
     }
   } finally {
     sub.unsubscribe();
