@@ -50,7 +50,7 @@ export class LeafbusError extends Error {
   }
 }
 
-/** Returned by Buffer.next once the buffer is closed. */
+/** Returned by IdBuffer.next once the buffer is closed. */
 export class BufferClosedError extends Error {
   constructor() {
     super("leafbus: buffer closed");
@@ -386,9 +386,9 @@ export class Client {
    * A buffer of IDs of one kind and tag, kept in this process and refilled ahead in
    * batches of `size`, as the Go client's Buffer: next() is served from memory.
    */
-  buffer(kind: Kind, tag: string, opts: BufferOptions = {}): Buffer {
+  buffer(kind: Kind, tag: string, opts: BufferOptions = {}): IdBuffer {
     this.subject(kind, tag); // a bad kind or tag is refused now, not at the first next()
-    return new Buffer(this, kind, tag, opts.size ?? 1000);
+    return new IdBuffer(this, kind, tag, opts.size ?? 1000);
   }
 
   /**
@@ -539,7 +539,7 @@ const FETCH_RETRY_MIN_MS = 50;
 const FETCH_RETRY_MAX_MS = 2000;
 
 /**
- * Buffer keeps IDs of one kind and tag in memory, as the Go client's Buffer: it holds at
+ * IdBuffer keeps IDs of one kind and tag in memory, as the Go client's Buffer: it holds at
  * most two batches of `size` IDs and fetches the next batch (one binary request) as soon
  * as fewer than `size` are left, so that next() is served from memory in the steady
  * state. Every next() gets an ID no other next() got; the IDs come in the order they
@@ -548,7 +548,7 @@ const FETCH_RETRY_MAX_MS = 2000;
  * a repeat. Errors show late: next() rejects with the last fetch's error only once
  * the buffer is empty.
  */
-export class Buffer {
+export class IdBuffer {
   readonly kind: Kind;
   readonly tag: string;
   readonly size: number;
