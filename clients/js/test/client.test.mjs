@@ -269,7 +269,7 @@ test("hedging: one of two dispensers SIGSTOPped, no call fails", async () => {
     second.proc.kill("SIGSTOP");
     let failed = 0;
     const seen = new Set();
-    for (let i = 0; i < 25; i++) {
+    for (let i = 0; i < 15; i++) {
       try {
         for (const id of [await c.segment("orders"), await c.snowflake("orders")]) {
           assert.ok(!seen.has(id), `ID ${id} twice`);
