@@ -90,6 +90,7 @@ test: deps
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory alloc
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+	$(MAKE) --no-print-directory test-js
 
 # alloc: the tests of the zero-allocation claims that skip under -race (the reply path
 # of an ID request, the load generator's publish), run without it. They are found by
@@ -142,3 +143,21 @@ bench:
 chaos: deps
 	LEAFBUS_CHAOS=full LEAFBUS_CHAOS_REPORT=$(CURDIR)/chaos-report.txt \
 		$(GO) test -count=1 -timeout 15m -run '^TestChaos$$' -v ./chaos
+
+# test-js: the Node.js client (clients/js, npm package @leafbus/client) built and tested
+# with node --test against the real dispenser binary, and its `npm pack` tarball installed
+# into an empty project and run there; about 15 s. It needs Node.js 20 or
+# later with npm, and the npm registry (or npm's cache) for `npm ci`, which runs only
+# when node_modules is missing or older than package-lock.json. No Node fails the step.
+.PHONY: test-js
+test-js:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "make test-js: node and npm not found: install Node.js 20 or later (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || { \
+		echo "make test-js: node $$(node --version) is too old: install Node.js 20 or later" >&2; exit 1; }
+	@cd clients/js && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
+		npm ci --no-audit --no-fund --loglevel=error; fi
+	cd clients/js && npm run --silent build
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+		$(GO) build -o "$$dir/dispenser" ./cmd/dispenser && \
+		cd clients/js && LEAFBUS_DISPENSER_BIN="$$dir/dispenser" node --test --test-timeout=120000 test/client.test.mjs test/pack.test.mjs
