@@ -179,24 +179,17 @@ func (r *recorder) errorsOf(code int) int {
 // served, not after a fixed time that a busy machine could make too short.
 func (r *recorder) waitAnswers(t testing.TB, at time.Duration, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testutil.Eventually(t, within, fmt.Sprintf("%d answers to requests sent after %v", n, at), func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		got := 0
 		for _, rep := range r.replies {
 			if rep.sent >= at {
 				got++
 			}
 		}
-		r.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d answers to requests sent after %v came within %v: %s", got, n, at, within, r.summary())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got >= n
+	})
 }
 
 func (r *recorder) answeredAfter(at time.Duration) (time.Duration, bool) {

@@ -303,24 +303,17 @@ func (l *monoLoad) failed() int {
 // served, never after a fixed time that a busy machine could make too short.
 func (l *monoLoad) waitReplies(t *testing.T, at time.Duration, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testutil.Eventually(t, within, fmt.Sprintf("%d replies to requests sent after %v", n, at), func() bool {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		got := 0
 		for _, r := range l.replies {
 			if r.Sent >= at {
 				got++
 			}
 		}
-		l.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d replies to requests sent after %v came within %v: %s", got, n, at, within, l.summary())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got >= n
+	})
 }
 
 // firstAfter is when the first request sent at or after at was answered with IDs.
