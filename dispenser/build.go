@@ -246,6 +246,7 @@ func (d *Dispenser) startService(context.Context) error {
 		wire.MetaNodeID:      cfg.NodeID,
 		wire.MetaWorkerIDMin: strconv.FormatInt(cfg.WorkerIDMin, 10),
 		wire.MetaWorkerIDMax: strconv.FormatInt(cfg.WorkerIDMax, 10),
+		wire.MetaDeployment:  d.own.Meta(), // what this dispenser is: deployment.LivePeers
 	}
 	layout := cfg.Layout()
 	svcCfg.Metadata[wire.MetaSnowflakeLayout] = layout.Name()
