@@ -129,7 +129,9 @@ func TestRecordPurgedNewcomerWaits(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartNATS(t)
 	dsn := testenv.MariaDB(t).NewDatabase(t)
-	every := withDeploymentEvery(time.Second)
+	// The fleet reads the record every 4 s: long enough for a newcomer to start
+	// before it writes the record back (which the newcomer now waits for).
+	every := withDeploymentEvery(4 * time.Second)
 	m1, err := newTest(t, withMySQL(fleetNode(t, srv.URL(), "m1"), dsn), WithTags(sampleTag()), every)
 	if err != nil {
 		t.Fatal(err)
