@@ -214,8 +214,10 @@ func Check(ctx context.Context, r *Records, own Own, node string, now time.Time)
 // answers. A deployment whose record vanished while its dispensers run is not a new
 // one: they write the record back (Watch), and until then CheckLive returns
 // ErrFleetLive, naming them, which a start waits out within --start-timeout and then
-// checks itself against the record they wrote. An error of asking is returned as it
-// is: the record is not created on a doubt.
+// checks itself against the record they wrote. Only dispensers that say what they are
+// (wire.MetaDeployment) count: an older one cannot write the record back. An error of
+// asking is returned as it is: the record is not created on a doubt (live says nil,
+// nil where the deployment does not let its dispensers ask).
 func CheckLive(ctx context.Context, r *Records, own Own, node string, now time.Time, live func(context.Context) ([]Peer, error)) (Entry, Outcome, error) {
 	for attempt := 1; ; attempt++ {
 		e, err := r.Get(ctx)
@@ -224,8 +226,11 @@ func CheckLive(ctx context.Context, r *Records, own Own, node string, now time.T
 			switch {
 			case lerr != nil:
 				return Entry{}, Checked, fmt.Errorf("no deployment record, and the live dispensers could not be asked whether there are any: %w", lerr)
-			case len(peers) > 0:
-				return Entry{}, Checked, fmt.Errorf("%w: %s", ErrFleetLive, describePeers(peers))
+			}
+			// A dispenser of a version that does not say what it is cannot write the
+			// record back either: it does not hold the start.
+			if known := slices.DeleteFunc(peers, func(p Peer) bool { return !p.Known() }); len(known) > 0 {
+				return Entry{}, Checked, fmt.Errorf("%w: %s", ErrFleetLive, describePeers(known))
 			}
 		}
 		if errors.Is(err, ErrNoRecord) {

@@ -145,7 +145,7 @@ func SetDeployment(ctx context.Context, cfg Config, set SetOptions, opts ...Opti
 	// The record follows the fleet: a running dispenser writes back the record it runs
 	// under over one it contradicts (deployment.Watch), so such a change is refused
 	// here first, naming them, dry run or not.
-	peers, err := deployment.LivePeers(ctx, d.nc, cfg.Prefix, "")
+	peers, err := d.livePeers(ctx)
 	if err != nil {
 		return ch, err
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
@@ -61,10 +63,7 @@ func (d *Dispenser) checkDeployment(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	live := func(ctx context.Context) ([]deployment.Peer, error) {
-		return deployment.LivePeers(ctx, d.nc, d.cfg.Prefix, "")
-	}
-	e, outcome, err := deployment.CheckLive(ctx, records, own, d.cfg.NodeID, d.clock.Now(), live)
+	e, outcome, err := deployment.CheckLive(ctx, records, own, d.cfg.NodeID, d.clock.Now(), d.livePeers)
 	switch {
 	case errors.Is(err, deployment.ErrMismatch), errors.Is(err, deployment.ErrCorrupt):
 		return fmt.Errorf("refusing to start: %w", err)
@@ -151,11 +150,11 @@ func (d *Dispenser) restoreRanges(ctx context.Context, rec wire.Deployment) erro
 		return err
 	}
 	if len(doubts) > 0 {
-		peers, err := deployment.LivePeers(ctx, d.nc, d.cfg.Prefix, "")
+		peers, err := d.livePeers(ctx)
 		if err != nil {
 			return err
 		}
-		if len(peers) > 0 {
+		if slices.ContainsFunc(peers, deployment.Peer.Known) {
 			return fmt.Errorf("the deployment record names the range %s for tag %s, which neither its tag options nor this data dir name and the store has served, and live dispensers answer: waiting for them to settle the record", doubts[0].TagRange, wire.Quote(doubts[0].Tag))
 		}
 		for _, r := range doubts {
@@ -434,4 +433,16 @@ func (d *Dispenser) settleRanges(ctx context.Context, rec wire.Deployment, accep
 	if err != nil && !errors.Is(err, deployment.ErrChanged) {
 		d.log.Warn("could not write the deployment record's tag ranges back as this dispenser serves them; trying again", "err", err)
 	}
+}
+
+// livePeers lists the live dispensers of the prefix (deployment.LivePeers). Where this
+// dispenser's NATS user may not ask $SRV.INFO, it says so and lists none, as the other
+// peer checks do: such a deployment has chosen to go without discovery.
+func (d *Dispenser) livePeers(ctx context.Context) ([]deployment.Peer, error) {
+	peers, err := deployment.LivePeers(ctx, d.nc, d.cfg.Prefix, "")
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		d.log.Warn("this dispenser's NATS user may not ask $SRV.INFO which dispensers run: the deployment record's checks of the live fleet are off", "err", err)
+		return nil, nil
+	}
+	return peers, err
 }
