@@ -101,24 +101,6 @@ func stillRuns(t *testing.T, name string, done <-chan error) {
 	}
 }
 
-func recordsOf(t *testing.T, srv *testenv.NATS) (*deployment.Records, jetstream.KeyValue) {
-	t.Helper()
-	js, err := jetstream.New(srv.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testutil.Context(t, 10*time.Second)
-	r, err := deployment.Open(ctx, js, "leaf", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, "leaf_deployment")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r, kv
-}
-
 // TestRecordPurgedNewcomerWaits is issue 30's first attack: the record's key purged,
 // then a dispenser with default flags (its own KV store) started on the NATS of a
 // MySQL deployment. It wrote a record of its own, the two MySQL dispensers exited and
@@ -147,8 +129,15 @@ func TestRecordPurgedNewcomerWaits(t *testing.T) {
 	load := startRecordLoad(t, SampleTagName, c1, c2)
 	load.waitMore(t, 500, "IDs before the attack")
 
-	records, kv := recordsOf(t, srv)
 	ctx := testutil.Context(t, time.Minute)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "leaf_deployment")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := kv.Purge(ctx, wire.DeploymentKey); err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +150,8 @@ func TestRecordPurgedNewcomerWaits(t *testing.T) {
 	if !errors.Is(err, deployment.ErrMismatch) || !strings.Contains(err.Error(), "--segment-store mysql") {
 		t.Fatalf("the newcomer: %v, want ErrMismatch naming --segment-store mysql", err)
 	}
-	e, err := records.Get(ctx)
-	if err != nil || e.Record.SegmentStore.Kind != "mysql" {
-		t.Fatalf("record after the attack: %+v, %v; want the fleet's MySQL store", e.Record, err)
+	if rec := readRecord(t, srv); rec.SegmentStore.Kind != "mysql" {
+		t.Fatalf("record after the attack: %+v; want the fleet's MySQL store", rec)
 	}
 	load.waitMore(t, 500, "IDs after the attack")
 	stillRuns(t, "m1", done1)
