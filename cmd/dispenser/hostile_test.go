@@ -269,7 +269,10 @@ func TestBinaryRogueResponders(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	rogue := ns.Connect(t, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	long := strings.Repeat("n", 20<<10)
+	var flooding atomic.Bool // the rogue is answering an ask
 	info, err := rogue.Subscribe("$SRV.INFO.leaf", func(m *nats.Msg) {
+		flooding.Store(true)
+		defer flooding.Store(false)
 		for i := range 10_000 {
 			node := fmt.Sprintf("ghost-%d", i)
 			if i%100 == 0 {
@@ -313,6 +316,12 @@ func TestBinaryRogueResponders(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The rogue answers one ask at a time: the status page's ask, made while it is still
+	// flooding an earlier one, would hear only this node.
+	testutil.Eventually(t, 30*time.Second, "the rogue through with the start's asks", func() bool {
+		n, _, _ := info.Pending()
+		return n == 0 && !flooding.Load()
+	})
 	rssBefore := rssMB(t, b.cmd.Process.Pid)
 	url := "http://" + httpAddr
 	var pageBytes int
