@@ -206,8 +206,33 @@ func (o Outcome) String() string {
 // an unreadable record ErrCorrupt; both mean: refuse to start. Any other error is one of
 // reading or writing the bucket, which may pass. node and now stamp what it writes.
 func Check(ctx context.Context, r *Records, own Own, node string, now time.Time) (Entry, Outcome, error) {
+	return CheckLive(ctx, r, own, node, now, nil)
+}
+
+// CheckLive is Check for a dispenser that can ask the live dispensers of its prefix
+// (live, LivePeers): where there is no record, it writes the first only when none
+// answers. A deployment whose record vanished while its dispensers run is not a new
+// one: they write the record back (Watch), and until then CheckLive returns
+// ErrFleetLive, naming them, which a start waits out within --start-timeout and then
+// checks itself against the record they wrote. Only dispensers that say what they are
+// (wire.MetaDeployment) count: an older one cannot write the record back. An error of
+// asking is returned as it is: the record is not created on a doubt (live says nil,
+// nil where the deployment does not let its dispensers ask).
+func CheckLive(ctx context.Context, r *Records, own Own, node string, now time.Time, live func(context.Context) ([]Peer, error)) (Entry, Outcome, error) {
 	for attempt := 1; ; attempt++ {
 		e, err := r.Get(ctx)
+		if errors.Is(err, ErrNoRecord) && live != nil {
+			peers, lerr := live(ctx)
+			switch {
+			case lerr != nil:
+				return Entry{}, Checked, fmt.Errorf("no deployment record, and the live dispensers could not be asked whether there are any: %w", lerr)
+			}
+			// A dispenser of a version that does not say what it is cannot write the
+			// record back either: it does not hold the start.
+			if known := slices.DeleteFunc(peers, func(p Peer) bool { return !p.Known() }); len(known) > 0 {
+				return Entry{}, Checked, fmt.Errorf("%w: %s", ErrFleetLive, describePeers(known))
+			}
+		}
 		if errors.Is(err, ErrNoRecord) {
 			e, err = r.Create(ctx, NewRecord(own, nil, node, now, "first start"))
 			if errors.Is(err, jetstream.ErrKeyExists) && attempt < casAttempts {
@@ -355,6 +380,36 @@ func AddRanges(ctx context.Context, r *Records, ranges map[string]wire.TagRange,
 		}
 		return err
 	}
+}
+
+// SettleRanges makes the record's tag ranges exactly ranges (the running fleet's view:
+// an entry no tag's own state bears out taken out, the ranges the tags have put in),
+// with one compare-and-set by node. A record that already says so is not written;
+// ErrChanged when another writer got in first (the caller reads again at its next turn).
+func SettleRanges(ctx context.Context, r *Records, ranges map[string]wire.TagRange, node string, now time.Time) error {
+	e, err := r.Get(ctx)
+	if err != nil {
+		return err
+	}
+	var next []wire.DeployedRange
+	for _, tag := range slices.Sorted(maps.Keys(ranges)) {
+		next = withRange(next, tag, ranges[tag])
+	}
+	cur := map[string]wire.TagRange{}
+	for _, d := range e.Record.TagRanges {
+		cur[d.Tag] = d.TagRange.Normal()
+	}
+	want := map[string]wire.TagRange{}
+	for _, d := range next {
+		want[d.Tag] = d.TagRange
+	}
+	if maps.Equal(cur, want) {
+		return nil
+	}
+	rec := e.Record
+	rec.TagRanges = next
+	_, err = r.Update(ctx, stamp(rec, node, now, "tag ranges written back by "+node+" as the running fleet serves them"), e.Revision)
+	return err
 }
 
 // withRange is ranges with tag's range set to rng (the default: removed), sorted.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -384,25 +385,117 @@ func TestWatch(t *testing.T) {
 	}
 	mu.Unlock()
 
-	// Garbage: logged, the watch goes on.
+	// Garbage: refused, and the record this dispenser runs under written back.
 	if _, err := kv.Put(ctx, "deployment", []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("Watch.Run returned on a garbage record: %v", err)
-	default:
-	}
+	testutil.Eventually(t, 10*time.Second, "the garbage written over", func() bool {
+		e, err := r.Get(ctx)
+		return err == nil && e.Record.SegmentStore == own.Store
+	})
 
-	// Changed so that this dispenser no longer fits: Run returns, naming why.
-	rec := NewRecord(Own{kvStore, zkReg("leaf-prod", 0, 1023), leafLayout}, nil, "operator", when, "deployment set")
+	// Changed so that this dispenser no longer fits (issue 30: it stopped): the change
+	// is refused, the record written back, and Run goes on.
+	refusals := w.Refusals()
+	rec := NewRecord(Own{kvStore, zkReg("leaf-prod", 0, 1023), leafLayout}, []string{"orders"}, "operator", when, "deployment set")
 	if _, err := kv.Put(ctx, "deployment", mustMarshal(t, rec)); err != nil {
 		t.Fatal(err)
 	}
-	err = waitErr(t, done, 10*time.Second)
-	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "--segment-store kv") {
-		t.Fatalf("Watch.Run = %v, want ErrMismatch naming --segment-store kv", err)
+	testutil.Eventually(t, 10*time.Second, "the contradicting record written over", func() bool {
+		e, err := r.Get(ctx)
+		return err == nil && e.Record.SegmentStore == own.Store && strings.Contains(e.Record.Reason, "contradicts was refused") &&
+			slices.Equal(e.Record.MonotonicTags, []string{"orders"})
+	})
+	if w.Refusals() <= refusals {
+		t.Errorf("Refusals = %d after a refused change, was %d", w.Refusals(), refusals)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Watch.Run returned: %v", err)
+	default:
+	}
+	stop()
+	if err := waitErr(t, done, 10*time.Second); err != nil {
+		t.Errorf("Watch.Run after ctx ended = %v, want nil", err)
+	}
+}
+
+// TestWatchTwoFleets: a record this dispenser contradicts but a live dispenser fits is
+// not written over (two fleets disagree, and this one cannot tell which is wrong): it
+// is reported (Problem) and Run goes on.
+func TestWatchTwoFleets(t *testing.T) {
+	t.Parallel()
+	r, js := openRecords(t)
+	ctx := testutil.Context(t, time.Minute)
+	own := prodOwn()
+	first, _, err := Check(ctx, r, own, "disp-1", when)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := Own{kvStore, kvReg(0, 1023), leafLayout}
+	w := &Watch{Records: r, Own: own, Node: "disp-1", Last: first, Every: 20 * time.Millisecond, Logger: testutil.Logger(t),
+		Peers: func(context.Context) ([]Peer, error) {
+			return []Peer{{NodeID: "kv-1", Instance: "x", Own: other, known: true}}, nil
+		}}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	kv, err := js.KeyValue(ctx, "leaf_deployment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Put(ctx, "deployment", mustMarshal(t, NewRecord(other, nil, "kv-1", when, "first start")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the disagreement reported", func() bool {
+		return strings.Contains(w.Problem(), "two fleets disagree") && strings.Contains(w.Problem(), "kv-1")
+	})
+	if e, err := r.Get(ctx); err != nil || e.Revision != rev {
+		t.Errorf("record at %d, %v: want the other fleet's revision %d left alone", e.Revision, err, rev)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Watch.Run returned: %v", err)
+	default:
+	}
+}
+
+// TestCheckLiveFleet: no record, but live dispensers answer: CheckLive writes none and
+// says it waits for them (ErrFleetLive, naming them); with none live it creates it; an
+// ask that fails creates nothing.
+func TestCheckLiveFleet(t *testing.T) {
+	t.Parallel()
+	r, _ := openRecords(t)
+	ctx := testutil.Context(t, time.Minute)
+	live := []Peer{{NodeID: "m1", Instance: "i1", Own: prodOwn(), known: true}}
+	newcomer := Own{kvStore, kvReg(0, 1023), leafLayout}
+	_, _, err := CheckLive(ctx, r, newcomer, "newcomer", when, func(context.Context) ([]Peer, error) { return live, nil })
+	if !errors.Is(err, ErrFleetLive) || !strings.Contains(err.Error(), `"m1"`) {
+		t.Fatalf("CheckLive beside a live fleet = %v, want ErrFleetLive naming m1", err)
+	}
+	_, _, err = CheckLive(ctx, r, newcomer, "newcomer", when, func(context.Context) ([]Peer, error) { return nil, errors.New("no route") })
+	if err == nil || errors.Is(err, ErrFleetLive) {
+		t.Fatalf("CheckLive when the fleet cannot be asked = %v, want the ask's error", err)
+	}
+	if _, err := r.Get(ctx); !errors.Is(err, ErrNoRecord) {
+		t.Fatalf("a record was written: %v", err)
+	}
+	if _, outcome, err := CheckLive(ctx, r, newcomer, "newcomer", when, func(context.Context) ([]Peer, error) { return nil, nil }); err != nil || outcome != Created {
+		t.Fatalf("CheckLive with no live dispenser = %v, %v; want Created", outcome, err)
+	}
+	if got := Contradicting(live, NewRecord(newcomer, nil, "op", when, "set")); len(got) != 1 {
+		t.Errorf("Contradicting = %v, want m1", got)
+	}
+	if got := Contradicting(live, NewRecord(prodOwn(), nil, "op", when, "set")); len(got) != 0 {
+		t.Errorf("Contradicting = %v, want none", got)
+	}
+	// What a dispenser publishes reads back as itself.
+	own := prodOwn()
+	p, err := parsePeer([]byte(`{"id":"i9","metadata":{"node_id":"n9","deployment":` + strconv.Quote(own.Meta()) + `}}`))
+	if err != nil || !p.Known() || p.Own != own || p.NodeID != "n9" {
+		t.Errorf("parsePeer(Meta) = %+v, %v; want %+v", p, err, own)
 	}
 }
 

@@ -105,7 +105,8 @@ type DeploymentChange struct {
 	Next        wire.Deployment
 	Differences []deployment.Difference // how cfg differs from the current record
 	Written     bool
-	Revision    uint64 // the revision written
+	Revision    uint64            // the revision written
+	Against     []deployment.Peer // live dispensers that contradict Next: nothing is written
 }
 
 // ErrNotConfirmed is returned by SetDeployment without SetOptions.Confirm: nothing was
@@ -117,7 +118,8 @@ var ErrNotConfirmed = errors.New("nothing written: check the record above and ad
 // and, with set.Confirm, writes it over the current record with a compare-and-set on
 // its revision (deployment.Replace keeps the monotonic tags and the registries of other
 // worker IDs). A record that changed since it was read is not overwritten
-// (deployment.ErrChanged).
+// (deployment.ErrChanged), nor is a record that a live dispenser of the prefix
+// contradicts (deployment.ErrLiveContradict, naming each): stop those first.
 func SetDeployment(ctx context.Context, cfg Config, set SetOptions, opts ...Option) (DeploymentChange, error) {
 	d, err := openAdmin(ctx, cfg, adminSteps(cfg, false, stepSegmentStore, stepWorkerRegistry), opts...)
 	if err != nil {
@@ -140,6 +142,17 @@ func SetDeployment(ctx context.Context, cfg Config, set SetOptions, opts ...Opti
 		ch.Differences, _ = deployment.Compare(*ch.Current.Record, own)
 	}
 	ch.Next = deployment.Replace(ch.Current.Record, own, set.DropOthers, cfg.NodeID, d.clock.Now())
+	// The record follows the fleet: a running dispenser writes back the record it runs
+	// under over one it contradicts (deployment.Watch), so such a change is refused
+	// here first, naming them, dry run or not.
+	peers, err := d.livePeers(ctx)
+	if err != nil {
+		return ch, err
+	}
+	if against := deployment.Contradicting(peers, ch.Next); len(against) > 0 {
+		ch.Against = against
+		return ch, deployment.LiveContradictError(against)
+	}
 	if !set.Confirm {
 		return ch, ErrNotConfirmed
 	}

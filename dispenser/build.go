@@ -285,6 +285,7 @@ func (d *Dispenser) startService(context.Context) error {
 		wire.MetaWorkerIDMin: strconv.FormatInt(cfg.WorkerIDMin, 10),
 		wire.MetaWorkerIDMax: strconv.FormatInt(cfg.WorkerIDMax, 10),
 		wire.MetaBuild:       d.build.String(),
+		wire.MetaDeployment:  d.own.Meta(), // what this dispenser is: deployment.LivePeers
 	}
 	layout := cfg.Layout()
 	svcCfg.Metadata[wire.MetaSnowflakeLayout] = layout.Name()

@@ -6,8 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/deployment"
+	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
@@ -58,7 +63,7 @@ func (d *Dispenser) checkDeployment(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, outcome, err := deployment.Check(ctx, records, own, d.cfg.NodeID, d.clock.Now())
+	e, outcome, err := deployment.CheckLive(ctx, records, own, d.cfg.NodeID, d.clock.Now(), d.livePeers)
 	switch {
 	case errors.Is(err, deployment.ErrMismatch), errors.Is(err, deployment.ErrCorrupt):
 		return fmt.Errorf("refusing to start: %w", err)
@@ -66,6 +71,19 @@ func (d *Dispenser) checkDeployment(ctx context.Context) error {
 		return err
 	}
 	d.records, d.own, d.deployed = records, own, e
+	d.watch = &deployment.Watch{
+		Records: records, Own: own, Node: d.cfg.NodeID, Last: e,
+		Every: d.opts.deploymentEvery, Now: d.clock.Now,
+		Logger: d.log.With("component", "deployment"),
+		Seen:   d.remarkMonotonic,
+		Peers: func(ctx context.Context) ([]deployment.Peer, error) {
+			self := ""
+			if d.svc != nil {
+				self = d.svc.Info().ID
+			}
+			return deployment.LivePeers(ctx, d.nc, d.cfg.Prefix, self)
+		},
+	}
 	d.log.Info("deployment record "+outcome.String(), "bucket", records.Bucket(), "revision", e.Revision,
 		"segment_store", own.Store.Identity, "worker_registry", own.Registry.Identity, "written_by", e.Record.WrittenBy)
 	return nil
@@ -114,41 +132,153 @@ func (d *Dispenser) restoreMonotonicMarks(ctx context.Context) error {
 	return nil
 }
 
-// restoreRanges gives the monotonic package the record's tag ranges, adds to the
-// record the ranges <prefix>_tagopts holds that it lacks, and says in the log which
-// opaque tags this dispenser will refuse for want of their key.
+// restoreRanges gives the monotonic package the record's tag ranges that the tags' own
+// state bears out (checkRanges), adds to the record the ranges <prefix>_tagopts and the
+// data dir hold that it lacks, and refuses to start (a *deployment.MismatchError) when
+// this deployment has opaque tags and this dispenser has not their ID key: it would
+// answer 503 for them. A range the record alone names for a tag the store has served is
+// taken only when no live dispenser answers (the record is then the last word, after
+// <prefix>_tagopts and every data dir were lost); beside a live fleet the start waits
+// (within --start-timeout) for the fleet, which knows, to settle the record.
 func (d *Dispenser) restoreRanges(ctx context.Context, rec wire.Deployment) error {
-	d.mono.SetRecordedRanges(rec.TagRanges)
-	opts, err := d.mono.TagOptions(ctx)
+	opts, err := d.mono.TagOptions(ctx) // the tags' own state: nothing recorded is known yet
 	if err != nil {
 		return err
 	}
+	accepted, doubts, err := d.checkRanges(ctx, rec, opts, false)
+	if err != nil {
+		return err
+	}
+	if len(doubts) > 0 {
+		peers, err := d.livePeers(ctx)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(peers, deployment.Peer.Known) {
+			return fmt.Errorf("the deployment record names the range %s for tag %s, which neither its tag options nor this data dir name and the store has served, and live dispensers answer: waiting for them to settle the record", doubts[0].TagRange, wire.Quote(doubts[0].Tag))
+		}
+		for _, r := range doubts {
+			d.log.Warn("a tag's range is known from the deployment record only (its tag options and this data dir lost, no live dispenser): taken from the record", "tag", r.Tag, "range", r.TagRange.String())
+		}
+		accepted = append(accepted, doubts...)
+	}
+	d.mono.SetRecordedRanges(accepted)
+	if err := d.addOwnRanges(ctx, rec, opts); err != nil {
+		return err
+	}
+	if diff, ok := d.keyDifference(accepted, opts); ok {
+		return fmt.Errorf("refusing to start: %w", &deployment.MismatchError{Bucket: d.records.Bucket(), Record: rec, Differences: []deployment.Difference{diff}})
+	}
+	return nil
+}
+
+// addOwnRanges adds to the record the ranges of opts (the tags' own state) it lacks.
+func (d *Dispenser) addOwnRanges(ctx context.Context, rec wire.Deployment, opts map[string]monotonic.Options) error {
 	missing := map[string]wire.TagRange{}
 	for tag, o := range opts {
 		if o.Err == nil && !o.Range.IsDefault() && rec.RangeOf(tag).IsDefault() {
 			missing[tag] = o.Range
 		}
 	}
-	if len(missing) > 0 {
-		if err := deployment.AddRanges(ctx, d.records, missing, d.cfg.NodeID, d.clock.Now()); err != nil {
-			return err
-		}
-		d.log.Info("tag ranges added to the deployment record", "tags", slices.Sorted(maps.Keys(missing)))
+	if len(missing) == 0 {
+		return nil
 	}
-	var refused []string
-	for _, r := range rec.TagRanges {
-		if r.Opaque && r.Key != d.shaper.Fingerprint() {
-			refused = append(refused, r.Tag)
-		}
+	if err := deployment.AddRanges(ctx, d.records, missing, d.cfg.NodeID, d.clock.Now()); err != nil {
+		return err
 	}
-	switch {
-	case len(refused) == 0:
-	case d.shaper.Fingerprint() == "":
-		d.log.Warn("this deployment has opaque tags, and this dispenser no ID key: it refuses them (503) until it is started with --id-key-file", "tags", len(refused), "first", refused[0])
-	default:
-		d.log.Error("opaque tags of this deployment are keyed with another ID key than this dispenser's: it refuses them (503); every dispenser needs the same --id-key-file", "tags", len(refused), "first", refused[0], "fingerprint", d.shaper.Fingerprint())
-	}
+	d.log.Info("tag ranges added to the deployment record", "tags", slices.Sorted(maps.Keys(missing)))
 	return nil
+}
+
+// keyDifference is the ID key this dispenser lacks: a tag of ranges (the record's, as
+// borne out) or of opts (its tag options, the data dir's memory) is opaque, keyed with
+// another key than this dispenser's, or this one has none. No key, no serving: such a
+// dispenser would join the queue group and answer 503 for those tags.
+func (d *Dispenser) keyDifference(ranges []wire.DeployedRange, opts map[string]monotonic.Options) (deployment.Difference, bool) {
+	mine := d.shaper.Fingerprint()
+	keys := map[string][]string{} // fingerprint: tags
+	for _, r := range ranges {
+		if r.Opaque && r.Key != mine {
+			keys[r.Key] = append(keys[r.Key], r.Tag)
+		}
+	}
+	for tag, o := range opts {
+		if o.Range.Opaque && o.Range.Key != mine && !slices.Contains(keys[o.Range.Key], tag) {
+			keys[o.Range.Key] = append(keys[o.Range.Key], tag)
+		}
+	}
+	if len(keys) == 0 {
+		return deployment.Difference{}, false
+	}
+	var want []string
+	for _, fp := range slices.Sorted(maps.Keys(keys)) {
+		tags := slices.Sorted(slices.Values(keys[fp]))
+		want = append(want, fmt.Sprintf("fingerprint %s (opaque tags %s)", fp, strings.Join(tags[:min(len(tags), 3)], ", ")))
+	}
+	own := "none"
+	if mine != "" {
+		own = "fingerprint " + mine
+	}
+	return deployment.Difference{
+		What:     "ID key of opaque tags",
+		Recorded: strings.Join(want, " and "),
+		Own:      own,
+		Fix:      fmt.Sprintf("start it with --id-key-file naming the key file of fingerprint %s, or that key in %s: every dispenser of the deployment needs it", slices.Sorted(maps.Keys(keys))[0], IDKeyEnv),
+	}, true
+}
+
+// checkRanges splits the record's tag ranges by the tags' own state (opts: their tag
+// options in <prefix>_tagopts, the data dir's memory, and what this dispenser already
+// took from the record): accepted, the entries it bears out and those of tags the store
+// does not have yet (`tag add` writes the record first); doubts, the entries of tags
+// whose own state names no range but that the store has served (a range the record
+// alone names: applying it would serve the tag's numbers through the permutation, over
+// the raw ones it served). An entry that names another range than the tag's own is
+// refused, never applied. running says the dispenser serves: it has served those tags
+// as their own state says, so a doubt is refused too; the refusals are kept for
+// /readyz, the status page and the metric, and logged once.
+func (d *Dispenser) checkRanges(ctx context.Context, rec wire.Deployment, opts map[string]monotonic.Options, running bool) (accepted, doubts []wire.DeployedRange, err error) {
+	refused := map[string]string{}
+	var inStore map[string]bool
+	for _, r := range rec.TagRanges {
+		want := r.TagRange.Normal()
+		o, ok := opts[r.Tag]
+		switch {
+		case ok && o.Range.Normal() == want:
+			accepted = append(accepted, r)
+			continue
+		case ok && !o.Range.IsDefault():
+			refused[r.Tag] = fmt.Sprintf("the deployment record names tag %s %s, its tag options %s: the record's entry is refused", wire.Quote(r.Tag), want, o.Range)
+			continue
+		}
+		if inStore == nil {
+			tags, err := d.store.Tags(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("deployment record: check its tag ranges against the store: %w", err)
+			}
+			inStore = make(map[string]bool, len(tags))
+			for _, t := range tags {
+				inStore[t.Name] = true
+			}
+		}
+		switch {
+		case !inStore[r.Tag]:
+			accepted = append(accepted, r)
+		case running:
+			refused[r.Tag] = fmt.Sprintf("the deployment record names tag %s %s, which this dispenser served without: the record's entry is refused", wire.Quote(r.Tag), want)
+		default:
+			doubts = append(doubts, r)
+		}
+	}
+	d.rangeMu.Lock()
+	for tag, why := range refused {
+		if d.refusedRanges[tag] != why {
+			d.log.Error("a tag range of the deployment record contradicts the tag's own state: refused, never applied (a range comes only through `dispenser tag add`)", "tag", tag, "why", why)
+		}
+	}
+	d.refusedRanges = refused
+	d.rangeMu.Unlock()
+	return accepted, doubts, nil
 }
 
 // watchDeployment runs while Run runs: it reads the record every few seconds and stops
@@ -156,13 +286,7 @@ func (d *Dispenser) restoreRanges(ctx context.Context, rec wire.Deployment) erro
 // marks again a monotonic tag the record lists that the monotonic package lost while
 // running.
 func (d *Dispenser) watchDeployment(ctx context.Context) error {
-	w := &deployment.Watch{
-		Records: d.records, Own: d.own, Node: d.cfg.NodeID, Last: d.deployed,
-		Every: d.opts.deploymentEvery, Now: d.clock.Now,
-		Logger: d.log.With("component", "deployment"),
-		Seen:   d.remarkMonotonic,
-	}
-	return w.Run(ctx)
+	return d.watch.Run(ctx)
 }
 
 // remarkMonotonic marks again each tag of rec that is no longer marked where the
@@ -170,7 +294,14 @@ func (d *Dispenser) watchDeployment(ctx context.Context) error {
 // and created again empty), so that no dispenser goes on serving it, or starts to
 // serve it, as an ordinary tag; and gives the monotonic package rec's tag ranges.
 func (d *Dispenser) remarkMonotonic(ctx context.Context, rec wire.Deployment) {
-	d.mono.SetRecordedRanges(rec.TagRanges)
+	// A running dispenser knows its tags: an entry the tag's own state does not bear
+	// out is refused here too, doubts among them (it served the tag without it).
+	if opts, err := d.mono.TagOptions(ctx); err == nil {
+		if accepted, _, err := d.checkRanges(ctx, rec, opts, true); err == nil {
+			d.mono.SetRecordedRanges(accepted)
+			d.settleRanges(ctx, rec, accepted, opts)
+		}
+	}
 	if len(rec.MonotonicTags) == 0 {
 		return
 	}
@@ -241,4 +372,77 @@ func (m recordedMarks) record(ctx context.Context, tag string, on bool) error {
 		return fmt.Errorf("%w: tag %q: the deployment record's monotonic tags were not updated (retry): %w", wire.ErrUnavailable, tag, err)
 	}
 	return nil
+}
+
+// deploymentProblems is what is wrong with the deployment record for this running
+// dispenser: the watch's finding and the tag ranges of the record it refused.
+func (d *Dispenser) deploymentProblems() []string {
+	var out []string
+	if d.watch != nil {
+		if p := d.watch.Problem(); p != "" {
+			out = append(out, p)
+		}
+	}
+	d.rangeMu.Lock()
+	defer d.rangeMu.Unlock()
+	for _, tag := range slices.Sorted(maps.Keys(d.refusedRanges)) {
+		out = append(out, d.refusedRanges[tag])
+	}
+	return out
+}
+
+// withDeployment adds the deployment record's problems to /readyz and the status page:
+// as warnings, for the dispenser serves on safely (it refused what it contradicts).
+func (d *Dispenser) withDeployment(r httpapi.Readiness) httpapi.Readiness {
+	return httpapi.ReadinessFunc(func() httpapi.Health {
+		h := r.Health()
+		if p := d.deploymentProblems(); len(p) > 0 {
+			h.Warning = strings.Join(append([]string{h.Warning}[:min(len(h.Warning), 1)], p...), "; ")
+		}
+		return h
+	})
+}
+
+// deploymentState is the metrics' view of the deployment record.
+func (d *Dispenser) deploymentState() metrics.Deployment {
+	var m metrics.Deployment
+	if d.watch != nil {
+		m.Refusals = d.watch.Refusals()
+	}
+	m.Problem = len(d.deploymentProblems()) > 0
+	return m
+}
+
+// settleRanges writes the record back as the running fleet serves its tags: the entries
+// it refused (checkRanges) out, the ranges of the tags' own state in, with a
+// compare-and-set (of several dispensers one writes; the others see it at their next
+// read). It is how a start that waits on a range in doubt gets on.
+func (d *Dispenser) settleRanges(ctx context.Context, rec wire.Deployment, accepted []wire.DeployedRange, opts map[string]monotonic.Options) {
+	want := map[string]wire.TagRange{}
+	for _, r := range accepted {
+		want[r.Tag] = r.TagRange.Normal()
+	}
+	for tag, o := range opts {
+		if o.Err == nil && !o.Range.IsDefault() {
+			if _, ok := want[tag]; !ok {
+				want[tag] = o.Range.Normal()
+			}
+		}
+	}
+	err := deployment.SettleRanges(ctx, d.records, want, d.cfg.NodeID, d.clock.Now())
+	if err != nil && !errors.Is(err, deployment.ErrChanged) {
+		d.log.Warn("could not write the deployment record's tag ranges back as this dispenser serves them; trying again", "err", err)
+	}
+}
+
+// livePeers lists the live dispensers of the prefix (deployment.LivePeers). Where this
+// dispenser's NATS user may not ask $SRV.INFO, it says so and lists none, as the other
+// peer checks do: such a deployment has chosen to go without discovery.
+func (d *Dispenser) livePeers(ctx context.Context) ([]deployment.Peer, error) {
+	peers, err := deployment.LivePeers(ctx, d.nc, d.cfg.Prefix, "")
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		d.log.Warn("this dispenser's NATS user may not ask $SRV.INFO which dispensers run: the deployment record's checks of the live fleet are off", "err", err)
+		return nil, nil
+	}
+	return peers, err
 }

@@ -191,9 +191,11 @@ func TestDeploymentLayout(t *testing.T) {
 }
 
 // TestDeploymentSetThenStart: an operator moves the deployment to another epoch with
-// `dispenser deployment set` (SetDeployment): nothing is written without Confirm, a
-// dispenser of the old configuration that runs stops serving within the watch interval,
-// naming the difference, and one of the new configuration starts.
+// `dispenser deployment set` (SetDeployment). While a dispenser of the old
+// configuration runs, set refuses, naming it (that dispenser would write back the
+// record it runs under); once it stopped, nothing is written without Confirm, a
+// compare-and-set on a revision the record has left is refused, and with Confirm the
+// record changes and a dispenser of the new configuration starts.
 func TestDeploymentSetThenStart(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartNATS(t)
@@ -201,15 +203,34 @@ func TestDeploymentSetThenStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := runNode(t, old)
+	ctx := testutil.Context(t, 30*time.Second)
+	runCtx, stopOld := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- old.Run(runCtx) }()
+	select {
+	case <-old.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first dispenser is not ready within 30s")
+	}
 	next := fleetNode(t, srv.URL(), "disp-2")
 	next.Epoch = 1700000000000
 	wantRefused(t, next, "--epoch")
 
-	ctx := testutil.Context(t, 30*time.Second)
 	opCfg := fleetNode(t, srv.URL(), "operator")
 	opCfg.Epoch = next.Epoch
-	ch, err := SetDeployment(ctx, opCfg, SetOptions{}, WithLogger(testutil.Logger(t)))
+	ch, err := SetDeployment(ctx, opCfg, SetOptions{Confirm: true}, WithLogger(testutil.Logger(t)))
+	if !errors.Is(err, deployment.ErrLiveContradict) || !strings.Contains(err.Error(), `"disp-1"`) || ch.Written {
+		t.Fatalf("SetDeployment beside a running dispenser it contradicts = %+v, %v; want ErrLiveContradict naming disp-1, nothing written", ch, err)
+	}
+	stopOld()
+	if err := <-done; err != nil {
+		t.Fatalf("the old dispenser's Run = %v", err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ch, err = SetDeployment(ctx, opCfg, SetOptions{}, WithLogger(testutil.Logger(t)))
 	if !errors.Is(err, ErrNotConfirmed) || ch.Written || len(ch.Differences) != 1 || ch.Next.Snowflake.Epoch != next.Epoch {
 		t.Fatalf("SetDeployment without Confirm = %+v, %v; want ErrNotConfirmed, one difference, nothing written", ch, err)
 	}
@@ -226,15 +247,6 @@ func TestDeploymentSetThenStart(t *testing.T) {
 	}
 	if rec := readRecord(t, srv); rec.Snowflake.Epoch != next.Epoch || rec.WrittenBy != "operator" {
 		t.Fatalf("record after set: %+v", rec)
-	}
-
-	select {
-	case err := <-done:
-		if !errors.Is(err, deployment.ErrMismatch) || !strings.Contains(err.Error(), "--epoch 1700000000000") {
-			t.Fatalf("the old dispenser stopped with %v, want ErrMismatch naming --epoch 1700000000000", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the old dispenser still runs 10s after the record changed")
 	}
 	d, err := newTest(t, next)
 	if err != nil {

@@ -75,6 +75,10 @@ type Dispenser struct {
 	records  *deployment.Records
 	own      deployment.Own
 	deployed deployment.Entry
+	watch    *deployment.Watch // keeps the record in step while Run runs (deployment.go)
+
+	rangeMu       sync.Mutex
+	refusedRanges map[string]string // tag: why the record's range for it is refused (checkRanges)
 
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer

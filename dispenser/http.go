@@ -44,6 +44,7 @@ func (d *Dispenser) sources() metrics.Sources {
 		src.Recovery = d.recovery.Metrics
 	}
 	src.Monotonic = monotonicState(d.mono) // built before the metrics (build.go)
+	src.Deployment = d.deploymentState
 	return src
 }
 
@@ -70,7 +71,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		Core:      d.core,
 		MaxConns:  maxConns,
 		Metrics:   d.metrics,
-		Readiness: d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat)),
+		Readiness: d.withDeployment(d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat))),
 		Status: httpapi.Status{
 			// A --nats URL may carry a user and password: the page shows none.
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: client.RedactURLs(d.clientURL), SegmentStore: cfg.SegmentStore,

@@ -33,6 +33,10 @@ type Health struct {
 	// ClockBehind is how far the clock reads behind the highest reading the snowflake
 	// generator has seen (snowflake.Stats.Offset): a step back.
 	ClockBehind time.Duration
+	// Warning says what is wrong around this node while it still serves safely (a
+	// deployment record it refused), "" when nothing: /readyz stays 200 and tells it
+	// after "ready".
+	Warning string
 }
 
 // notReady lists why this node does not serve both kinds safely now, or nil when it
@@ -89,5 +93,17 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "not ready: "+strings.Join(why, "; "))
 		return
 	}
-	writeBody(w, contentText, []byte("ready\n"))
+	body := "ready\n"
+	if warn := s.warning(); warn != "" {
+		body += "warning: " + warn + "\n"
+	}
+	writeBody(w, contentText, []byte(body))
+}
+
+// warning is Health.Warning now, for /readyz and the status page.
+func (s *Server) warning() string {
+	if s.cfg.Readiness == nil {
+		return ""
+	}
+	return s.cfg.Readiness.Health().Warning
 }

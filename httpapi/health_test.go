@@ -62,6 +62,16 @@ func TestReadyz(t *testing.T) {
 			t.Errorf("GET /readyz: %d %q, want 200 ready", status, body)
 		}
 	})
+	t.Run("Warning", func(t *testing.T) {
+		// Wrong, but served safely (a deployment record refused): 200, and the detail.
+		url := probeServer(t, func() httpapi.Health { h := healthy(); h.Warning = "deployment record revision 7 refused"; return h })
+		if status, body := get(t, url+"/readyz"); status != http.StatusOK || body != "ready\nwarning: deployment record revision 7 refused\n" {
+			t.Errorf("GET /readyz: %d %q, want 200 ready with the warning", status, body)
+		}
+		if status, body := get(t, url+"/"); status != http.StatusOK || !strings.Contains(body, "deployment record revision 7 refused") {
+			t.Errorf("the status page: %d, without the warning", status)
+		}
+	})
 	t.Run("EveryReasonAtOnce", func(t *testing.T) {
 		url := probeServer(t, func() httpapi.Health { return httpapi.Health{} })
 		_, body := get(t, url+"/readyz")

@@ -123,6 +123,7 @@ type pageData struct {
 	Version  string
 	Uptime   time.Duration
 	NotReady []string
+	Warning  string // Health.Warning: wrong, but served safely
 
 	Snowflake     *metrics.Snowflake
 	SnowflakeAge  time.Duration // since the last clock record
@@ -188,6 +189,7 @@ func (s *Server) pageData(ctx context.Context) pageData {
 	d := pageData{
 		Refresh: int(st.Refresh.Round(time.Second) / time.Second), Now: now, Node: st,
 		Version: s.cfg.Version, Uptime: now.Sub(s.started), NotReady: s.notReady(),
+		Warning:  s.warning(),
 		ShowRows: st.Rows != nil, ShowRanges: st.TagRange != nil, ShowCluster: st.Cluster != nil,
 	}
 	d.Refresh = max(d.Refresh, 1)

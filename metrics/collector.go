@@ -25,6 +25,7 @@ type stateCollector struct {
 	faults, inFault, recoveryLast, recoveryMax *prometheus.Desc
 
 	monoTags, monoRole, monoLeases, monoForwarded, monoForwardErrs, monoForwardMsgs, monoRefused *prometheus.Desc
+	deployProblem, deployRefusals                                                                *prometheus.Desc
 }
 
 func newStateCollector(src Sources, maxTags int) *stateCollector {
@@ -71,6 +72,8 @@ func newStateCollector(src Sources, maxTags int) *stateCollector {
 		monoForwarded:   d("leafbus_monotonic_forwarded_requests_total", "Requests for the monotonic tag forwarded to its leader and answered.", tag, nil),
 		monoForwardErrs: d("leafbus_monotonic_forward_errors_total", "Requests for the monotonic tag forwarded to its leader and refused or unanswered.", tag, nil),
 		monoForwardMsgs: d("leafbus_monotonic_forward_messages_total", "Messages to the monotonic tag's leader that carried the forwarded requests.", tag, nil),
+		deployProblem:   d("leafbus_deployment_record_problem", "1 while the deployment record contradicts this running dispenser, is gone, unreadable, or names a tag range it refused (the status page and /readyz say what); it serves on under the record it started with.", nil, nil),
+		deployRefusals:  d("leafbus_deployment_record_refusals_total", "Deployment records this dispenser refused or wrote back (gone, unreadable, or a change it contradicts) since start.", nil, nil),
 		monoRefused:     d("leafbus_monotonic_refused_replies_total", "Forwarded requests a leader refused because their reply subject was not an inbox.", nil, nil),
 	}
 }
@@ -85,6 +88,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.natsConns, c.natsJSUsed, c.natsJSLimit,
 		c.faults, c.inFault, c.recoveryLast, c.recoveryMax,
 		c.monoTags, c.monoRole, c.monoLeases, c.monoForwarded, c.monoForwardErrs, c.monoForwardMsgs, c.monoRefused,
+		c.deployProblem, c.deployRefusals,
 	} {
 		ch <- d
 	}
@@ -115,6 +119,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.Monotonic != nil {
 		c.collectMonotonic(ch, c.src.Monotonic())
+	}
+	if c.src.Deployment != nil {
+		dep := c.src.Deployment()
+		ch <- gauge(c.deployProblem, boolFloat(dep.Problem))
+		ch <- counter(c.deployRefusals, float64(dep.Refusals))
 	}
 }
 

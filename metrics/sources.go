@@ -20,6 +20,17 @@ type Sources struct {
 	Recovery func() Recovery
 	// Monotonic returns every monotonic tag as this dispenser sees it.
 	Monotonic func() Monotonic
+	// Deployment returns how the deployment record stands with this dispenser.
+	Deployment func() Deployment
+}
+
+// Deployment is how the deployment record stands with a running dispenser
+// (deployment.Watch): Problem is set while the record contradicts it, is gone or
+// unreadable, or names a tag range it refused; Refusals counts the records it refused
+// or wrote back since start.
+type Deployment struct {
+	Problem  bool
+	Refusals uint64
 }
 
 // Monotonic is the dispenser's view of its monotonic tags (monotonic.Stats).

@@ -17,3 +17,10 @@ const (
 	MetaSnowflakeWorkers = "snowflake_workers"
 	MetaSnowflakePerMs   = "snowflake_ids_per_ms"
 )
+
+// MetaDeployment is this dispenser's own part of the deployment record, as JSON: its
+// segment store, its worker registry with its worker IDs, its snowflake layout and epoch
+// ({"segment_store":{...},"worker_registry":{...},"snowflake":{...}}, the fields of
+// Deployment). A dispenser that starts where the record is gone, and `dispenser
+// deployment set`, read it to see what the live fleet is.
+const MetaDeployment = "deployment"

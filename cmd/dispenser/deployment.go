@@ -17,15 +17,19 @@ const deploymentUsage = `Usage: dispenser deployment show [the dispensers' flags
 
 The deployment record (KV bucket <prefix>_deployment, key deployment) says what the
 deployment is: its segment store, its worker registries and the worker IDs each hands
-out, its snowflake layout and epoch, its monotonic tags. The first dispenser writes it;
-every other refuses to start unless it fits, naming each difference and the flag that
-would fix it, and a running one that no longer fits stops.
+out, its snowflake layout and epoch, its monotonic tags. The first dispenser of a
+deployment with no live dispenser writes it; every other refuses to start unless it
+fits, naming each difference and the flag that would fix it. The record follows the
+running fleet: they write it back when it is gone, and refuse (and write back over) a
+change they contradict.
 
 show prints the record. set computes the record from the flags as a start would (the
 segment store and the worker registry are opened to ask them which they are) and shows
 how it differs from the current one; with --confirm it writes it, over the revision it
 read (or --revision N, the one you checked): a compare-and-set, refused if the record
-changed meanwhile. The monotonic tags and the registries of other worker IDs are kept.
+changed meanwhile, and refused while a live dispenser of the prefix does not fit the new
+record (it is named: stop it first). The monotonic tags and the registries of other
+worker IDs are kept.
 
 Give the flags the dispensers run with: --nats and the credentials (with the roles of
 deploy/nats-roles.conf, the dispenser's user), --prefix, --segment-store, --mysql-dsn,

@@ -31,9 +31,9 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // TestDeploymentCommand: `dispenser deployment show|set` on a deployment on NATS. A
 // dispenser with default flags joins it; show prints the record its start wrote. A
 // dispenser with another epoch is refused, naming --epoch. `set` with the new epoch
-// shows the difference and writes nothing without --confirm; with it, the record
-// changes, the running dispenser of the old epoch stops (the watch), and a dispenser of
-// the new epoch starts.
+// shows the difference and writes nothing without --confirm; with it, it is refused
+// while the dispenser of the old epoch runs, naming it; once that one stopped, the
+// record changes and a dispenser of the new epoch starts.
 func TestDeploymentCommand(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	url := srv.URL()
@@ -67,11 +67,25 @@ func TestDeploymentCommand(t *testing.T) {
 	setArgs := []string{"deployment", "set", "--nats", url, "--node-id", "operator", "--epoch", "1700000000000", "--data-dir", t.TempDir()}
 	code, out, errOut = run(t, setArgs...)
 	if code != 1 || !strings.Contains(out, "snowflake epoch: the deployment's is 1288834974657, this dispenser's is 1700000000000") ||
-		!strings.Contains(out, `"epoch": 1700000000000`) || !strings.Contains(errOut, "add --confirm") {
+		!strings.Contains(out, `"epoch": 1700000000000`) || !strings.Contains(errOut, "do not fit the new record") {
 		t.Fatalf("deployment set without --confirm: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, out, _ := run(t, "deployment", "show", "--nats", url); code != 0 || !strings.Contains(out, "revision 1:") {
 		t.Fatalf("a dry run changed the record:\n%s", out)
+	}
+	// The old dispenser runs and contradicts the new record: set refuses, naming it.
+	code, _, errOut = run(t, append(setArgs, "--confirm", "--revision", "1")...)
+	if code != 1 || !strings.Contains(errOut, "do not fit the new record") || !strings.Contains(errOut, `"disp-1"`) {
+		t.Fatalf("deployment set beside a live dispenser it contradicts: exit %d\nstderr: %s", code, errOut)
+	}
+	stopOld()
+	select {
+	case err := <-oldDone:
+		if err != nil {
+			t.Fatalf("the old dispenser's Run = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old dispenser did not stop")
 	}
 	code, out, errOut = run(t, append(setArgs, "--confirm", "--revision", "1")...)
 	if code != 0 || !strings.Contains(out, "written: revision 2 of KV bucket leaf_deployment") {
@@ -82,15 +96,6 @@ func TestDeploymentCommand(t *testing.T) {
 		t.Fatalf("deployment set over an old revision: exit %d\nstderr: %s", code, errOut)
 	}
 
-	// The old dispenser no longer fits: it stops within the watch interval.
-	select {
-	case err := <-oldDone:
-		if !errors.Is(err, deployment.ErrMismatch) || !strings.Contains(oldLogs.String(), "no longer fits the deployment record") {
-			t.Errorf("the old dispenser's Run = %v, want ErrMismatch, and a log line saying so", err)
-		}
-	case <-time.After(2*deployment.DefaultWatchEvery + 5*time.Second):
-		t.Fatal("the old dispenser still runs after the record changed")
-	}
 	startDispenser(t, newEpoch)
 
 	// A record that is garbage: show prints it and fails; set --confirm writes a good one.

@@ -269,7 +269,10 @@ func TestBinaryRogueResponders(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	rogue := ns.Connect(t, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	long := strings.Repeat("n", 20<<10)
+	var flooding atomic.Bool // the rogue is answering an ask
 	info, err := rogue.Subscribe("$SRV.INFO.leaf", func(m *nats.Msg) {
+		flooding.Store(true)
+		defer flooding.Store(false)
 		for i := range 10_000 {
 			node := fmt.Sprintf("ghost-%d", i)
 			if i%100 == 0 {
@@ -301,14 +304,24 @@ func TestBinaryRogueResponders(t *testing.T) {
 
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	b := startBinary(t, t.TempDir(), "--nats", ns.URL(), "--http", httpAddr, "--worker-id-min", "0", "--worker-id-max", "511")
-	// The start's range check has run once the warning is there.
-	deadline := time.Now().Add(20 * time.Second)
+	// The start's range check has run once the warning is there. The rogue answers one
+	// ask at a time, 10,000 answers each, and the start asks it several times (the
+	// layout check, the look for a live fleet where there is no deployment record): on
+	// a busy machine the first range check may end before the rogue is through with
+	// those, and the next one, 30 s later, sees the fakes.
+	deadline := time.Now().Add(45 * time.Second)
 	for !strings.Contains(b.stderr.String(), "worker-ID range conflicts") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no range warning within 20s of the start:\n%s", b.stderr.String())
+			t.Fatalf("no range warning within 45s of the start:\n%s", b.stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The rogue answers one ask at a time: the status page's ask, made while it is still
+	// flooding an earlier one, would hear only this node.
+	testutil.Eventually(t, 30*time.Second, "the rogue through with the start's asks", func() bool {
+		n, _, _ := info.Pending()
+		return n == 0 && !flooding.Load()
+	})
 	rssBefore := rssMB(t, b.cmd.Process.Pid)
 	url := "http://" + httpAddr
 	var pageBytes int

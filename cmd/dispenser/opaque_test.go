@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -155,10 +156,9 @@ func parseLines(t *testing.T, s string) []int64 {
 	return out
 }
 
-// TestOpaqueFleet: three dispenser processes with the deployment's key and one with
-// another key on one NATS server, clients asking for an opaque tag the whole time. The
-// one with the other key answers only 503s for the tag, naming both fingerprints; a
-// dispenser is killed with -9 and started again on its data dir; then every dispenser
+// TestOpaqueFleet: three dispenser processes with the deployment's key on one NATS
+// server, clients asking for an opaque tag the whole time. One with another key, and
+// one with none, refuse to start, naming the fingerprint they need; a dispenser is killed with -9 and started again on its data dir; then every dispenser
 // stops, the marks bucket is deleted, and a new dispenser on a new data dir serves the
 // tag from the deployment record. No ID comes twice, every reply is in the 53-bit range,
 // and single IDs in the order a client received them rise about half the time.
@@ -171,9 +171,14 @@ func TestOpaqueFleet(t *testing.T) {
 	if err != nil || !info.Opaque || info.Bits != 53 {
 		t.Fatalf("add opaque tag = %+v, %v", info, err)
 	}
-	wrong := startProcess(t, "--nats", f.nats.URL(), "--data-dir", t.TempDir(), "--node-id", "wrongkey", "--http", "", "--sample-tag=false", "--id-key-file", wrongFile)
-	wrong.stderr.WaitLine(t, 30*time.Second, "opaque tags of this deployment are keyed with another ID key")
-	f.procs["wrongkey"] = wrong
+	// No key, no serving (issue 30): a dispenser with another key, or none, refuses to
+	// start, naming the fingerprint it needs and how to give the key; it never joins
+	// the queue group to answer 503.
+	fp := opaque.Fingerprint(deploymentKey)
+	for _, extra := range [][]string{{"--id-key-file", wrongFile}, nil} {
+		wantExit(t, append([]string{"--nats", f.nats.URL(), "--data-dir", t.TempDir(), "--node-id", "wrongkey", "--http", "", "--sample-tag=false"}, extra...),
+			"ID key of opaque tags", fp, "--id-key-file", "LEAFBUS_ID_KEY")
+	}
 
 	load := startOpaqueLoad(t, f.conns(3), "inv")
 	waitFor := func(n, singles int) {
@@ -193,7 +198,7 @@ func TestOpaqueFleet(t *testing.T) {
 
 	// Every dispenser stops; the marks bucket is lost; a dispenser that never served
 	// the tag starts on a new data dir and learns its range from the deployment record.
-	for _, name := range []string{"m1", "m2", "m3", "wrongkey"} {
+	for _, name := range []string{"m1", "m2", "m3"} {
 		f.stop(name)
 	}
 	if err := f.js.DeleteKeyValue(ctx, "leaf_tagopts"); err != nil {
@@ -216,8 +221,8 @@ func TestOpaqueFleet(t *testing.T) {
 			t.Fatalf("ID %d outside the tag's 53 bits", id)
 		}
 	}
-	if load.refusedOtherKey() == 0 {
-		t.Fatalf("no request was refused by the dispenser with another key; failures: %v", load.failures)
+	if load.refusedOtherKey() > 0 {
+		t.Fatalf("%d requests were refused for the other key: a dispenser with it served; failures: %v", load.refusedOtherKey(), load.failures)
 	}
 	rises, pairs := load.rises()
 	r2, p2 := after.rises()
@@ -528,4 +533,29 @@ func tagMaxID(ctx context.Context, t *testing.T, admin *client.Client, tag strin
 		}
 	}
 	return 0
+}
+
+// wantExit runs the dispenser binary with args and wants it to exit non-zero within a
+// minute, its stderr naming each of want.
+func wantExit(t *testing.T, args []string, want ...string) {
+	t.Helper()
+	bin, err := buildDispenser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stderr testutil.SyncBuffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || ctx.Err() != nil {
+		t.Fatalf("dispenser %v: %v, want it to refuse to start\nstderr:\n%s", args, err, stderr.String())
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("dispenser %v exited %v, its stderr not naming %q:\n%s", args, err, w, stderr.String())
+		}
+	}
 }
