@@ -16,8 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leafbus/leafbus/core"
-	"github.com/leafbus/leafbus/internal/buildinfo"
-	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -29,7 +27,7 @@ type Core interface {
 	Take(r core.Request, dst []int64) (core.Answer, bool)
 	Wait(r core.Request, done func(core.Answer)) error
 	Stats(kind wire.Kind) core.KindStats
-	Decode(id int64) (snowflake.Decoded, error)
+	Decode(id int64) (core.Decoded, error)
 	Admin(call func(ctx context.Context)) error
 	AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, error)
 	ListTags(ctx context.Context) ([]wire.TagInfo, error)
@@ -59,7 +57,7 @@ type rejecter interface {
 // the protocol `nats micro` reads ($SRV).
 type Config struct {
 	Prefix  string // subject prefix, service name and queue group ("leaf")
-	Version string // semantic version shown by $SRV.INFO (buildinfo's Semver)
+	Version string // semantic version shown by $SRV.INFO (the dispenser's build; wire.DevelVersion by default)
 	Core    Core   // what every request means; required
 
 	// Stats adds data to an endpoint's $SRV.STATS entry ("segment", "snowflake", ...).
@@ -79,7 +77,7 @@ type Config struct {
 
 // DefaultConfig is the configuration of the protocol's defaults; Core is the caller's.
 func DefaultConfig() Config {
-	return Config{Prefix: wire.DefaultPrefix, Version: buildinfo.Read().Semver()}
+	return Config{Prefix: wire.DefaultPrefix, Version: wire.DevelVersion}
 }
 
 // Validate names the field, value and bound of the first bad setting.

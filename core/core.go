@@ -215,8 +215,12 @@ func (c *Core) WaitMax() time.Duration { return c.cfg.WaitMax }
 // apart any long, which Decode refuses below 1).
 func (c *Core) Layout() snowflake.Layout { return c.cfg.Layout }
 
+// Decoded is a snowflake ID taken apart (package snowflake's), as both faces answer it:
+// the faces take it from the core, which decodes with the deployment's layout.
+type Decoded = snowflake.Decoded
+
 // Decode takes a snowflake ID apart with the configured layout.
-func (c *Core) Decode(id int64) (snowflake.Decoded, error) {
+func (c *Core) Decode(id int64) (Decoded, error) {
 	return c.cfg.Layout.Decode(id)
 }
 

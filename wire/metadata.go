@@ -1,5 +1,10 @@
 package wire
 
+// DevelVersion is the $SRV version of a dispenser built without a semantic module version
+// (a checkout, `go run`, a test binary): semver's lowest pre-release, so that it sorts
+// before every release. A released build answers its own (internal/buildinfo).
+const DevelVersion = "0.0.0-devel"
+
 // Keys of a dispenser's $SRV.INFO metadata (PROTOCOL.md): what clients read the batch
 // bound from, and what discovery and the peers' worker-ID range check read.
 const (

@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/leafbus/leafbus/wire"
 )
 
 // Devel is the module version of a build without one: `go build` outside a tagged
@@ -17,7 +19,7 @@ const Devel = "(devel)"
 
 // DevelSemver is the service version ($SRV.INFO) of a build whose module version is not
 // semantic (Devel): semver's lowest pre-release, so that it sorts before every release.
-const DevelSemver = "0.0.0-devel"
+const DevelSemver = wire.DevelVersion
 
 // revisionLen is how many hex digits of the revision are shown, as in a Go pseudo-version.
 const revisionLen = 12
