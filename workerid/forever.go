@@ -20,7 +20,8 @@ var ErrNoRecord = errors.New("no record")
 // issued.
 //
 // Ceiling, when set, is the most the node's generator was allowed to issue on the
-// strength of this record (Timestamp + heartbeat interval + that run's borrow-max), so a
+// strength of this record (Timestamp + heartbeat interval + that run's borrow-max +
+// HeartbeatConfig.CeilingLead; a worker record keeps the highest ever written), so a
 // restart with a smaller --borrow-max still waits past everything the previous run may
 // have issued. NodeID names the writer in a worker ID's record (key WorkerKey(id)).
 //

@@ -204,7 +204,7 @@ type HeartbeatStats struct {
 //     ClockJumpMax past where the monotonic clock puts it (a bad NTP step cannot poison
 //     the record);
 //   - after a beat that made R durable the generator's ceiling becomes R + Interval +
-//     BorrowMax, which is exactly what Guard.Start waits out at the next start (every
+//     BorrowMax + CeilingLead, which is exactly what Guard.Start waits out at the next start (every
 //     record carries that ceiling, so a start with a smaller BorrowMax waits it out
 //     too). For a permanent ID (TTL 0) the worker ID's forever record or a recording
 //     Renew counts, since every start with this worker ID reads both, whatever its node
@@ -218,11 +218,15 @@ type HeartbeatStats struct {
 //     returns ErrLeaseLost, and while the watch cannot see the lease the generator stays
 //     suspended (ErrLeaseUnverified) until it can again;
 //   - with the Keeper's fence (fence.go) the worker ID's record is written with a
-//     compare-and-set, and only that write (with Renew, for an expiring lease) makes a
-//     beat count; a write that finds the record rewritten by anyone else suspends the
-//     generator at once, reads the record again, and, unless the write was this run's
-//     own after all, suspends it for good (ErrLeaseLost, ErrWorkerIDInUse when another
-//     run holds it); the clean stop marks the record released.
+//     compare-and-set, and only that write, with the node's own record before it (and
+//     Renew, for an expiring lease), makes a beat count; a write that finds the record
+//     rewritten by anyone else suspends the generator at once and reads the record
+//     again: this run's own after all, or one that names no live holder and allows no
+//     more than this holder's ceiling (a forged or stray write, workerFence.resolve), is
+//     taken back at once and the generator resumed (counted in Stats().Reclaims, logged
+//     at most once per 10 s); any other suspends it for good (ErrLeaseLost,
+//     ErrWorkerIDInUse when another run holds it); the clean stop marks the record
+//     released, keeping its ceiling.
 //
 // Several reasons to suspend may hold at once; the generator is resumed only when none
 // does, and it reports the first of: lease lost, stopped, the beats' own (not recorded
