@@ -361,3 +361,39 @@ func TestKeeperRidesOutKVStall(t *testing.T) {
 		t.Fatalf("%d requests refused during a 3 s KV stall, want none", refused.Load())
 	}
 }
+
+// TestReleasedRecordKeepsCeiling: a clean stop marks the worker record released and
+// keeps the ceiling its holder was allowed; the next run of the same data dir (its cache
+// file says it stopped cleanly) starts above the record's timestamp, another node above
+// its ceiling.
+func TestReleasedRecordKeepsCeiling(t *testing.T) {
+	env := startJS(t)
+	f := openForever(t, env.js)
+	cache := t.TempDir() + "/cache.json"
+	k, _, err := startDense(t, staticKeeperConfig(t, "disp-1", 25, f, cache))
+	must(t, "start", err)
+	stop, _ := runKeeper(t, k)
+	must(t, "Run", stop())
+	ctx := testutil.Context(t, 30*time.Second)
+	rec, err := f.GetWorker(ctx, 25)
+	must(t, "GetWorker", err)
+	if !rec.Released || rec.Ceiling <= rec.Timestamp {
+		t.Fatalf("record after the clean stop = %+v, want released with its ceiling above its timestamp", rec)
+	}
+	for _, tt := range []struct {
+		node, cache string
+		want        int64
+	}{
+		{"disp-1", cache, rec.Timestamp},
+		{"disp-2", "", rec.Ceiling},
+	} {
+		cfg := staticKeeperConfig(t, tt.node, 25, f, tt.cache)
+		g, err := NewGuard(cfg.Guard)
+		must(t, "NewGuard", err)
+		floor, err := g.Start(ctx, &fakeLease{id: 25})
+		must(t, "Start", err)
+		if floor != tt.want {
+			t.Errorf("floor of %s = %s, want %s", tt.node, fmtMs(floor), fmtMs(tt.want))
+		}
+	}
+}
