@@ -204,9 +204,9 @@ type HeartbeatStats struct {
 //     ClockJumpMax past where the monotonic clock puts it (a bad NTP step cannot poison
 //     the record);
 //   - after a beat that made R durable the generator's ceiling becomes R + Interval +
-//     BorrowMax + CeilingLead, which is exactly what Guard.Start waits out at the next start (every
-//     record carries that ceiling, so a start with a smaller BorrowMax waits it out
-//     too). For a permanent ID (TTL 0) the worker ID's forever record or a recording
+//     BorrowMax + CeilingLead, which is exactly what Guard.Start waits out at the next
+//     start (every record carries that ceiling, so a start with a smaller BorrowMax
+//     waits it out too). For a permanent ID (TTL 0) the worker ID's forever record or a recording
 //     Renew counts, since every start with this worker ID reads both, whatever its node
 //     ID (the cache file alone does not: only this node ID reads it); for an expiring
 //     lease only Renew counts, since it is what extends the lease;
