@@ -719,7 +719,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			stopWatch() // first: the release deletes what it watches
-			h.stop(ctx)
+			_ = h.stop(ctx) // failed final writes are logged: see above
 			return nil
 		case <-h.lost:
 			h.mu.Lock()
@@ -775,8 +775,9 @@ func (h *Heartbeat) startWatch() (stop func()) {
 	}
 }
 
-// stop is the clean stop: suspend, final record, release.
-func (h *Heartbeat) stop(ctx context.Context) {
+// stop is the clean stop: suspend, final record, release. It returns the writes that
+// failed, which it also logs.
+func (h *Heartbeat) stop(ctx context.Context) error {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
 	h.mu.Lock()
@@ -803,9 +804,10 @@ func (h *Heartbeat) stop(ctx context.Context) {
 	}
 	if len(errs) > 0 {
 		h.log.Warn("heartbeat stopped; some final writes failed", "record", fmtMs(ts), "err", errors.Join(errs...))
-		return
+		return errors.Join(errs...)
 	}
 	h.log.Info("heartbeat stopped: final record written, lease released", "record", fmtMs(ts))
+	return nil
 }
 
 // Stats returns a snapshot of the heartbeat's state.
