@@ -718,7 +718,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			stopWatch() // first: the release deletes what it watches
+			stopWatch()     // first: the release deletes what it watches
 			_ = h.stop(ctx) // failed final writes are logged: see above
 			return nil
 		case <-h.lost:
