@@ -177,10 +177,11 @@ func (d *Dispenser) startHeartbeat(ctx context.Context) error {
 
 // RecordInterval is how often the heartbeat writes its records: more often than Leaf's
 // wire.HeartbeatInterval (which the records it writes may lag by, as PROTOCOL.md says), so
-// that the ceiling it allows the generator (record + RecordInterval + --borrow-max, in
-// every record) is close: a node restarted after a crash waits at most that long past
-// its last record before it serves. Records without a ceiling (earlier versions, Leaf)
-// are still taken to allow wire.HeartbeatInterval.
+// that the ceiling it allows the generator (record + RecordInterval + --borrow-max +
+// workerid.DefaultCeilingLead, in every record) is close: a node restarted after a crash
+// waits at most that long past its last record before it serves (docs/operations.md).
+// Records without a ceiling (earlier versions, Leaf) are still taken to allow
+// wire.HeartbeatInterval.
 const RecordInterval = time.Second
 
 // heartbeatConfig is the heartbeat's configuration for every worker ID this node holds

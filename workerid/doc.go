@@ -22,6 +22,12 @@
 //   - whatever the registry, one worker ID has one live holder: the worker ID's record
 //     in the forever bucket is a fence written with compare-and-set (fence.go), so two
 //     dispensers given one worker ID by two registries never both serve with it;
+//   - a claimer starts above the highest ceiling any record of the worker ID holds (its
+//     worker record, which keeps its ceiling when released, and every node's record
+//     naming it), so one forged write cannot lower its floor; a holder takes back at once
+//     a write under it that names no live holder, rather than stopping;
+//   - the ceiling leads the records by CeilingLead (4 s), so a KV stream electing a
+//     leader does not stop issuing;
 //   - a worker ID is trusted only by the registry that issued it (Identifier): the
 //     cache file says which one did.
 //

@@ -73,15 +73,18 @@ type workerFence struct {
 	last  Record // the last record this holder wrote; zero before the first
 }
 
-// write writes this holder's record (ts and ceiling, never below the claimed record's;
-// released at a clean stop) with a compare-and-set on the holder's revision. It fails
+// write writes this holder's record (ts and ceiling, never below the claimed record's
+// or this holder's last; released at a clean stop) with a compare-and-set on the holder's revision. It fails
 // with an error wrapping errRecordMoved when anyone else wrote the record since.
 func (w *workerFence) write(ctx context.Context, ts, ceiling int64, released bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Never lower: a released record keeps the ceiling its holder was allowed (its
+	// timestamp says what it issued), so the next holder's floor is the highest ceiling.
 	r := Record{
-		WorkerID: w.id, Timestamp: max(ts, w.prior.Timestamp), Ceiling: max(ceiling, w.prior.Ceiling),
-		NodeID: w.nodeID, Instance: w.instance, Released: released,
+		WorkerID: w.id, Timestamp: max(ts, w.prior.Timestamp, w.last.Timestamp),
+		Ceiling: max(ceiling, w.prior.Ceiling, w.last.Ceiling),
+		NodeID:  w.nodeID, Instance: w.instance, Released: released,
 	}
 	rev, err := w.forever.casWorker(ctx, w.id, r, w.rev)
 	if err != nil {
@@ -91,30 +94,69 @@ func (w *workerFence) write(ctx context.Context, ts, ceiling int64, released boo
 	return nil
 }
 
-// resolve is called after write found the record moved: it reads it again. When it is
-// this holder's own (an earlier write went through although an error was seen), it
-// adopts its revision and returns nil. Otherwise the worker ID is no longer this
-// holder's: an error wrapping ErrLeaseLost, and ErrWorkerIDInUse when another run holds
-// it (its record is not released).
-func (w *workerFence) resolve(ctx context.Context) error {
+// resolve is called after write found the record moved: it reads it again and decides
+// from what it says. It adopts the record's revision, so that the next write takes it
+// back by compare-and-set, when the record holds nothing this holder's own ceiling does
+// not cover:
+//   - it is this run's own (an earlier write went through although an error was seen),
+//     and reclaim is "";
+//   - once this holder has written: it names no live holder (deleted, not a record,
+//     released, or without node and run) and allows no more than the ceiling this holder
+//     last wrote; or it is another run's with a lower ceiling than that, which no
+//     dispenser that claimed the record writes (a claimer starts above every ceiling it
+//     read, this holder's among them): reclaim says which.
+//
+// Otherwise the worker ID is no longer this holder's: an error wrapping ErrLeaseLost,
+// and ErrWorkerIDInUse when another run holds it (its record is not released).
+func (w *workerFence) resolve(ctx context.Context) (reclaim string, err error) {
 	e, err := w.forever.getWorkerEntry(ctx, w.id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case e.rev != 0 && e.rec.Instance == w.instance:
+	if e.rev != 0 && !e.unreadable && e.rec.Instance == w.instance {
 		w.rev = e.rev
-		return nil
-	case e.rev == 0:
-		return &fenceLost{fmt.Errorf("%w: worker ID %d's record %s was deleted from %s under this holder", ErrLeaseLost, w.id, WorkerKey(w.id), w.forever.Bucket())}
-	case e.rec.Released:
-		return &fenceLost{fmt.Errorf("%w: worker ID %d's record %s in %s was taken over by node %s, which has released it since",
-			ErrLeaseLost, w.id, WorkerKey(w.id), w.forever.Bucket(), e.rec.NodeID)}
+		return "", nil
 	}
-	return &fenceLost{fmt.Errorf("%w (%w): worker ID %d is held by node %s (%s), which wrote its record %s in %s after this node claimed it: %s",
+	if why := w.reclaimable(e); why != "" {
+		w.rev = e.rev
+		return why, nil
+	}
+	switch {
+	case e.rev == 0:
+		return "", &fenceLost{fmt.Errorf("%w: worker ID %d's record %s was deleted from %s under this holder", ErrLeaseLost, w.id, WorkerKey(w.id), w.forever.Bucket())}
+	case e.unreadable:
+		return "", &fenceLost{fmt.Errorf("%w: worker ID %d's record %s in %s was overwritten with a value that is not a record", ErrLeaseLost, w.id, WorkerKey(w.id), w.forever.Bucket())}
+	case e.rec.Released:
+		return "", &fenceLost{fmt.Errorf("%w: worker ID %d's record %s in %s was taken over by node %s, which has released it since (ceiling %s, above this holder's %s)",
+			ErrLeaseLost, w.id, WorkerKey(w.id), w.forever.Bucket(), e.rec.NodeID, fmtMs(e.rec.Ceiling), fmtMs(w.last.Ceiling))}
+	}
+	return "", &fenceLost{fmt.Errorf("%w (%w): worker ID %d is held by node %s (%s), which wrote its record %s in %s after this node claimed it: %s",
 		ErrLeaseLost, ErrWorkerIDInUse, w.id, e.rec.NodeID, runOf(e.rec), WorkerKey(w.id), w.forever.Bucket(), sameIDAdvice)}
+}
+
+// reclaimable says why record e, written by someone else under this holder, may be taken
+// back at once (see resolve), "" when it may not. w.mu is held.
+func (w *workerFence) reclaimable(e workerEntry) string {
+	mine := w.last.Ceiling
+	if w.last.Instance == "" {
+		return "" // nothing written yet: the start claims the record anew
+	}
+	allowed := max(e.rec.Ceiling, e.rec.Timestamp)
+	switch {
+	case e.rev == 0:
+		return "it was deleted"
+	case e.unreadable:
+		return "it was overwritten with a value that is not a record"
+	case e.rec.Released && allowed <= mine:
+		return fmt.Sprintf("it was marked released by node %q (%s), allowing no more than this holder's ceiling", e.rec.NodeID, runOf(e.rec))
+	case e.rec.NodeID == "" && e.rec.Instance == "" && allowed <= mine:
+		return "it names no holder"
+	case !e.rec.Released && allowed < mine:
+		return fmt.Sprintf("it names node %q (%s) with a ceiling below this holder's, which no dispenser that claimed it writes", e.rec.NodeID, runOf(e.rec))
+	}
+	return ""
 }
 
 // release marks the record released, keeping the last timestamp and ceiling this holder
@@ -200,6 +242,8 @@ func (c claimer) free(e workerEntry, id int64) string {
 	switch {
 	case e.rev == 0:
 		return "it has no record"
+	case e.unreadable:
+		return "its value is not a record" // no dispenser wrote it; the floor comes from the node records
 	case e.rec.Instance == c.instance:
 		return "the record is this run's own"
 	case e.rec.Released:

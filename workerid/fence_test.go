@@ -209,7 +209,11 @@ func TestFenceWrite(t *testing.T) {
 	own := putWorker(t, f, 3, Record{WorkerID: 3, Timestamp: 7000, Ceiling: 9000, NodeID: "n1", Instance: "run-1"})
 	err = w.write(ctx, 8000, 10000, false)
 	wantErrIs(t, "write after the record moved", err, errRecordMoved)
-	must(t, "resolve of its own write", w.resolve(ctx))
+	reclaim, err := w.resolve(ctx)
+	must(t, "resolve of its own write", err)
+	if reclaim != "" {
+		t.Fatalf("resolve of its own write: reclaim %q, want none", reclaim)
+	}
 	if w.rev != own {
 		t.Fatalf("revision after resolve = %d, want the own write's %d", w.rev, own)
 	}
@@ -221,10 +225,22 @@ func TestFenceWrite(t *testing.T) {
 		t.Fatalf("released record bytes %s, want %s", raw.Value(), want)
 	}
 
-	// Another holder's write: lost, naming it.
-	putWorker(t, f, 3, Record{WorkerID: 3, Timestamp: 8000, NodeID: "thief", Instance: "run-x"})
+	// A write naming another run with a ceiling below this holder's, as no claimer
+	// writes (a claimer starts above the ceilings it read): taken back.
+	putWorker(t, f, 3, Record{WorkerID: 3, Timestamp: 8000, NodeID: "forger", Instance: "run-f"})
+	wantErrIs(t, "write after a forged one", w.write(ctx, 8500, 10500, false), errRecordMoved)
+	reclaim, err = w.resolve(ctx)
+	must(t, "resolve of a forged write", err)
+	if !strings.Contains(reclaim, "ceiling below this holder's") {
+		t.Fatalf("resolve of a forged write: reclaim %q, want it taken back", reclaim)
+	}
+	must(t, "write after taking it back", w.write(ctx, 8500, 10500, false))
+
+	// Another holder's write, with a ceiling above this holder's as a claimer's is: lost,
+	// naming it.
+	putWorker(t, f, 3, Record{WorkerID: 3, Timestamp: 11000, Ceiling: 15000, NodeID: "thief", Instance: "run-x"})
 	wantErrIs(t, "write after another's", w.write(ctx, 9000, 11000, false), errRecordMoved)
-	err = w.resolve(ctx)
+	_, err = w.resolve(ctx)
 	testutil.CheckErr(t, "resolve", err, ErrWorkerIDInUse, "worker ID 3 is held by node thief (run run-x)")
 	wantErrIs(t, "resolve", err, ErrLeaseLost)
 	// release leaves a record that is not its own any more alone.
@@ -295,7 +311,8 @@ func TestHeartbeatFenceLost(t *testing.T) {
 		t.Fatalf("after an own write: suspended %v (suspended while read: %v); want issuing again", suspended, gen.sawSuspension(ErrLeaseUnverified))
 	}
 
-	putWorker(t, f, 5, Record{WorkerID: 5, Timestamp: time.Now().UnixMilli(), NodeID: "disp-2", Instance: "run-2"})
+	// A claimer's record: its ceiling is above every ceiling it read, this holder's too.
+	putWorker(t, f, 5, Record{WorkerID: 5, Timestamp: time.Now().UnixMilli(), Ceiling: time.Now().Add(time.Minute).UnixMilli(), NodeID: "disp-2", Instance: "run-2"})
 	err = h.Beat(ctx)
 	testutil.CheckErr(t, "Beat after another holder's write", err, ErrWorkerIDInUse, "worker ID 5 is held by node disp-2")
 	wantErrIs(t, "Beat", err, ErrLeaseLost)

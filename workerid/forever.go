@@ -20,7 +20,8 @@ var ErrNoRecord = errors.New("no record")
 // issued.
 //
 // Ceiling, when set, is the most the node's generator was allowed to issue on the
-// strength of this record (Timestamp + heartbeat interval + that run's borrow-max), so a
+// strength of this record (Timestamp + heartbeat interval + that run's borrow-max +
+// HeartbeatConfig.CeilingLead; a worker record keeps the highest ever written), so a
 // restart with a smaller --borrow-max still waits past everything the previous run may
 // have issued. NodeID names the writer in a worker ID's record (key WorkerKey(id)).
 //
@@ -171,14 +172,18 @@ func (f *Forever) Bucket() string { return f.kv.Bucket() }
 
 // workerEntry is a worker ID's record as read, with what the fence needs: its revision
 // (0: there is none) and the time the server stored it, by the server's clock.
+// Unreadable is set (and rec left zero) when the value is not a record: no dispenser
+// wrote it, and it names no holder.
 type workerEntry struct {
-	rec     Record
-	rev     uint64
-	written time.Time
+	rec        Record
+	rev        uint64
+	written    time.Time
+	unreadable bool
 }
 
 // getWorkerEntry reads worker ID id's record with its revision and write time; a missing
-// record is an entry of revision 0, not an error.
+// record is an entry of revision 0, and a value that is not a record an unreadable
+// entry, not an error.
 func (f *Forever) getWorkerEntry(ctx context.Context, id int64) (workerEntry, error) {
 	key := WorkerKey(id)
 	e, err := f.kv.Get(ctx, key)
@@ -190,9 +195,51 @@ func (f *Forever) getWorkerEntry(ctx context.Context, id int64) (workerEntry, er
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return workerEntry{}, fmt.Errorf("forever record %s in %s is not a record (%q): %w", key, f.kv.Bucket(), e.Value(), err)
+		return workerEntry{rev: e.Revision(), written: e.Created(), unreadable: true}, nil
 	}
 	return workerEntry{rec: r, rev: e.Revision(), written: e.Created()}, nil
+}
+
+// nodeRecord is a node's record (key: its node ID) as read by nodeRecordsOf.
+type nodeRecord struct {
+	nodeID string
+	rec    Record
+}
+
+// nodeRecordsOf returns the records of the nodes, other than skip, that last named
+// worker ID id: every holder writes its node's record, with the ceiling its generator
+// was allowed, just before the worker ID's own record (Heartbeat), so they keep each
+// holder's ceiling however the worker record is rewritten after it. Keys that hold no
+// record are passed over.
+func (f *Forever) nodeRecordsOf(ctx context.Context, id int64, skip string) ([]nodeRecord, error) {
+	w, err := f.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read the node records of %s: %w", f.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []nodeRecord
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read the node records of %s: %w", f.kv.Bucket(), ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read the node records of %s: the watch ended", f.kv.Bucket())
+			}
+			if e == nil { // every current value delivered
+				return out, nil
+			}
+			key := e.Key()
+			if key == skip || key == WorkerKey(id) { // the worker record is read on its own
+				continue
+			}
+			var r Record
+			if json.Unmarshal(e.Value(), &r) != nil || r.WorkerID != id {
+				continue
+			}
+			out = append(out, nodeRecord{nodeID: key, rec: r})
+		}
+	}
 }
 
 // errRecordMoved is casWorker's error when the record is no longer at the revision the

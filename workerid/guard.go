@@ -164,6 +164,9 @@ type recordSource struct {
 	// held another one before): it still tells whether this clock was set back, but
 	// says nothing about the timestamps the lease's worker ID used, so it sets no floor.
 	other bool
+	// releasedBy is set on the worker ID's record when it is marked released: the run
+	// that released it (Record.Instance).
+	releasedBy string
 }
 
 // borrowed is how far ahead of its clock the record's writer was allowed to borrow:
@@ -323,6 +326,9 @@ func (g *Guard) readRecords(ctx context.Context, lease Lease, log *slog.Logger) 
 			return nil, false, fmt.Errorf("clock guard: %w (remove the file only if this node never issued IDs, or restore it)", err)
 		}
 	}
+	if cacheOK {
+		g.trustCleanStop(sources, lease.WorkerID(), log)
+	}
 	if !kvOK && !cacheOK && lease.TTL() == 0 {
 		return nil, false, fmt.Errorf("%w: the forever bucket cannot be read and there is no cache file record, so nothing tells which timestamps worker ID %d already used; retry when NATS is back",
 			ErrRecordUnavailable, lease.WorkerID())
@@ -363,11 +369,45 @@ func (g *Guard) readForever(ctx context.Context, f *Forever, id int64) ([]record
 		if w.NodeID != g.cfg.NodeID {
 			name += " (written by node " + w.NodeID + ")"
 		}
-		sources = append(sources, recordSource{name: name, ts: w.Timestamp, own: w.NodeID == g.cfg.NodeID, ceiling: w.Ceiling})
+		s := recordSource{name: name, ts: w.Timestamp, own: w.NodeID == g.cfg.NodeID, ceiling: w.Ceiling}
+		if w.Released {
+			s.releasedBy = w.Instance
+		}
+		sources = append(sources, s)
 	case !errors.Is(err, ErrNoRecord):
 		return nil, err
 	}
+	// The worker record may have been rewritten since its last holder wrote it (a forged
+	// "released", a deletion): every holder's node record keeps the ceiling it was
+	// allowed, so the floor is the highest ceiling any record of the worker ID holds.
+	others, err := f.nodeRecordsOf(rctx, id, g.cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range others {
+		sources = append(sources, recordSource{name: "KV " + f.Bucket() + "/" + o.nodeID + " (node " + o.nodeID + "'s record of this worker ID)",
+			ts: o.rec.Timestamp, ceiling: o.rec.Ceiling})
+	}
 	return sources, nil
+}
+
+// trustCleanStop lowers the limit of worker ID id's record, released by the run whose
+// cache file this is, to what that run issued: a released record keeps its holder's
+// ceiling, but this data dir's cache file (one process at a time holds it) says that run
+// stopped cleanly with nothing issued past its timestamp, so its own restart need not
+// wait the ceiling out. Another holder's records (their nodes' records) still count.
+func (g *Guard) trustCleanStop(sources []recordSource, id int64, log *slog.Logger) {
+	e, err := g.cfg.Cache.Load()
+	if err != nil || e.Instance == "" || e.WorkerID != id || e.NodeID != g.cfg.NodeID || e.Ceiling != e.Timestamp {
+		return
+	}
+	for i, s := range sources {
+		if s.releasedBy == e.Instance && s.ceiling > max(s.ts, e.Timestamp) {
+			sources[i].ceiling = max(s.ts, e.Timestamp)
+			log.Info("the worker record was released by this data dir's previous run, which stopped cleanly: its timestamp is the floor, not its ceiling",
+				"record", fmtMs(s.ts), "ceiling", fmtMs(s.ceiling))
+		}
+	}
 }
 
 // checkPeers compares this node's clock with its peers' at a first start: it asks

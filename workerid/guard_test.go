@@ -68,6 +68,8 @@ func TestGuardStartRecords(t *testing.T) {
 			node := fmt.Sprintf("node%d", i)
 			if tt.kv != 0 {
 				must(t, "Put", forever.Put(ctx, node, Record{WorkerID: 7, Timestamp: tt.kv}))
+				// Another case's node record of worker ID 7 would set this one's floor.
+				t.Cleanup(func() { _ = forever.kv.Delete(context.Background(), node) })
 			}
 			cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
 			if tt.cache != 0 {

@@ -27,7 +27,17 @@ const (
 	DefaultClockJumpMax = time.Hour
 	DefaultWriteTimeout = 2 * time.Second
 	DefaultStopTimeout  = 5 * time.Second
+	// DefaultCeilingLead is how far the ceiling reaches past a record's interval and
+	// borrow-max (HeartbeatConfig.CeilingLead): long enough that a KV write stall of a
+	// few seconds (an R3 stream electing a new leader takes 2-3 s) never reaches the
+	// ceiling, short enough that a restart after kill -9, which waits out the last
+	// ceiling, is back within seconds.
+	DefaultCeilingLead = 4 * time.Second
 )
+
+// reclaimLogEvery is how often a stream of foreign writes to the worker record, each
+// taken back at once, is logged: the first at once, then a count at most this often.
+const reclaimLogEvery = 10 * time.Second
 
 // Generator is the part of *snowflake.Generator the heartbeat drives.
 type Generator interface {
@@ -81,6 +91,14 @@ type HeartbeatConfig struct {
 	// generator's. For an expiring lease, the lease TTL must be at least 4 Intervals.
 	Interval  time.Duration
 	BorrowMax time.Duration
+	// CeilingLead is how much further the ceiling reaches (DefaultCeilingLead, 4 s): a
+	// beat raises it to record + Interval + BorrowMax + CeilingLead, so that beats that
+	// fail for up to BorrowMax + CeilingLead (a KV stream electing a leader) never stop
+	// issuing. Every record carries its ceiling, so a restart, or the worker ID's next
+	// holder, waits it out: the longer the lead, the longer a restart after kill -9 may
+	// wait before its first snowflake ID. For an expiring lease it must be shorter than
+	// TTL/2, where an unrenewed lease stops the generator anyway.
+	CeilingLead time.Duration
 	// ClockJumpMax is how far the wall clock may run ahead of where the monotonic clock
 	// puts it before the record stops following it (1 h).
 	ClockJumpMax time.Duration
@@ -102,6 +120,7 @@ func DefaultHeartbeatConfig() HeartbeatConfig {
 		Clock:        snowflake.SystemClock(),
 		Interval:     wire.HeartbeatInterval,
 		BorrowMax:    DefaultBorrowMax,
+		CeilingLead:  DefaultCeilingLead,
 		ClockJumpMax: DefaultClockJumpMax,
 		Monotonic:    SystemMonotonic(),
 		WriteTimeout: DefaultWriteTimeout,
@@ -132,6 +151,13 @@ func (c HeartbeatConfig) Validate() error {
 	if err != nil {
 		return err
 	}
+	if c.CeilingLead < 0 {
+		return invalid(component, "CeilingLead is %s, want >= 0 (%s by default)", c.CeilingLead, DefaultCeilingLead)
+	}
+	if ttl := c.Lease.TTL(); ttl > 0 && c.CeilingLead >= ttl/2 {
+		return invalid(component, "CeilingLead %s is not shorter than half the lease TTL %s (%s): the generator stops at TTL/2 anyway; lengthen the TTL or shorten CeilingLead",
+			c.CeilingLead, ttl, ttl/2)
+	}
 	if ttl := c.Lease.TTL(); ttl > 0 {
 		if err := CheckLeaseTTL(ttl, c.Interval); err != nil {
 			return invalid(component, "%v", err)
@@ -153,6 +179,9 @@ type HeartbeatStats struct {
 	Suspended           bool      `json:"suspended"`
 	SuspendReason       string    `json:"suspend_reason,omitempty"`
 	LeaseLost           bool      `json:"lease_lost"`
+	// Reclaims counts the worker records found written by someone else (a forged or
+	// stray write) that named no live holder and were taken back at once.
+	Reclaims int `json:"reclaims"`
 	// LeaseWatched is true while the lease's watch (LeaseWatcher) last reported that it
 	// sees the lease is this node's; false for a lease without a watch.
 	LeaseWatched bool `json:"lease_watched"`
@@ -177,9 +206,9 @@ type HeartbeatStats struct {
 //     ClockJumpMax past where the monotonic clock puts it (a bad NTP step cannot poison
 //     the record);
 //   - after a beat that made R durable the generator's ceiling becomes R + Interval +
-//     BorrowMax, which is exactly what Guard.Start waits out at the next start (every
-//     record carries that ceiling, so a start with a smaller BorrowMax waits it out
-//     too). For a permanent ID (TTL 0) the worker ID's forever record or a recording
+//     BorrowMax + CeilingLead, which is exactly what Guard.Start waits out at the next
+//     start (every record carries that ceiling, so a start with a smaller BorrowMax
+//     waits it out too). For a permanent ID (TTL 0) the worker ID's forever record or a recording
 //     Renew counts, since every start with this worker ID reads both, whatever its node
 //     ID (the cache file alone does not: only this node ID reads it); for an expiring
 //     lease only Renew counts, since it is what extends the lease;
@@ -191,11 +220,15 @@ type HeartbeatStats struct {
 //     returns ErrLeaseLost, and while the watch cannot see the lease the generator stays
 //     suspended (ErrLeaseUnverified) until it can again;
 //   - with the Keeper's fence (fence.go) the worker ID's record is written with a
-//     compare-and-set, and only that write (with Renew, for an expiring lease) makes a
-//     beat count; a write that finds the record rewritten by anyone else suspends the
-//     generator at once, reads the record again, and, unless the write was this run's
-//     own after all, suspends it for good (ErrLeaseLost, ErrWorkerIDInUse when another
-//     run holds it); the clean stop marks the record released.
+//     compare-and-set, and only that write, with the node's own record before it (and
+//     Renew, for an expiring lease), makes a beat count; a write that finds the record
+//     rewritten by anyone else suspends the generator at once and reads the record
+//     again: this run's own after all, or one that names no live holder and allows no
+//     more than this holder's ceiling (a forged or stray write, workerFence.resolve), is
+//     taken back at once and the generator resumed (counted in Stats().Reclaims, logged
+//     at most once per 10 s); any other suspends it for good (ErrLeaseLost,
+//     ErrWorkerIDInUse when another run holds it); the clean stop marks the record
+//     released, keeping its ceiling.
 //
 // Several reasons to suspend may hold at once; the generator is resumed only when none
 // does, and it reports the first of: lease lost, stopped, the beats' own (not recorded
@@ -203,7 +236,7 @@ type HeartbeatStats struct {
 type Heartbeat struct {
 	cfg      HeartbeatConfig
 	log      *slog.Logger
-	margin   int64 // Interval + BorrowMax, ms
+	margin   int64 // Interval + BorrowMax + CeilingLead, ms
 	durable  bool  // Renew success makes the record durable
 	ttl      time.Duration
 	kick     chan struct{}
@@ -232,6 +265,9 @@ type Heartbeat struct {
 	jumpMs      int64
 	jumps       int
 	jumpActive  bool
+	reclaims    int           // foreign writes to the worker record taken back
+	reclaimLog  time.Duration // monotonic time of the last log of one; 0: never
+	unlogged    int           // taken back since that log
 }
 
 // NewHeartbeat validates cfg and returns a Heartbeat. It suspends the generator with
@@ -251,7 +287,7 @@ func NewHeartbeat(cfg HeartbeatConfig) (*Heartbeat, error) {
 	h := &Heartbeat{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node_id", cfg.NodeID, "worker_id", cfg.Lease.WorkerID()),
-		margin:   (cfg.Interval + cfg.BorrowMax).Milliseconds(),
+		margin:   (cfg.Interval + cfg.BorrowMax + cfg.CeilingLead).Milliseconds(),
 		durable:  durable,
 		ttl:      cfg.Lease.TTL(),
 		kick:     make(chan struct{}, 1),
@@ -339,12 +375,19 @@ func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, released bo
 	id := h.cfg.Lease.WorkerID()
 	if f := h.cfg.Forever; f != nil {
 		wctx, cancel := context.WithTimeout(ctx, h.cfg.WriteTimeout)
-		if err := f.Put(wctx, h.cfg.NodeID, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling}); err != nil {
-			*errs = append(*errs, err)
+		// The node's record first: a claimer of the worker ID takes its floor from every
+		// record naming the worker ID, so this one keeps the ceiling even when the worker
+		// record is rewritten under this holder. With the fence a beat counts only when
+		// both were written.
+		nodeErr := f.Put(wctx, h.cfg.NodeID, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling})
+		if nodeErr != nil {
+			*errs = append(*errs, nodeErr)
 		}
 		var err error
 		skip := false
 		switch {
+		case h.cfg.fence != nil && nodeErr != nil && !released:
+			skip = true // the ceiling is raised only once both records hold it
 		case h.cfg.fence == nil:
 			err = f.RaiseWorker(wctx, id, Record{WorkerID: id, Timestamp: ts, Ceiling: ceiling, NodeID: h.cfg.NodeID})
 		case h.isLost():
@@ -376,24 +419,57 @@ func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, released bo
 }
 
 // writeFenced writes the worker ID's record through the fence. When someone else wrote
-// it since, the generator is suspended at once, before the record is read again to see
-// whose it is: this run's own (an earlier write went through although it seemed to
-// fail), and the write is made again; or not, and an error wrapping ErrLeaseLost says
-// whose.
+// it since, the generator is suspended at once, before the record is read again to
+// decide from what it says (workerFence.resolve): this run's own (an earlier write went
+// through although it seemed to fail), or a write that names no live holder and allows
+// nothing past this holder's ceiling (a forged or stray write), and the record is taken
+// back at once by compare-and-set, the generator issuing again as soon as that is
+// written; or someone else holds the worker ID now, and an error wrapping ErrLeaseLost
+// says who.
 func (h *Heartbeat) writeFenced(ctx context.Context, ts, ceiling int64, released bool) error {
-	err := h.cfg.fence.write(ctx, ts, ceiling, released)
-	if !errors.Is(err, errRecordMoved) {
-		return err
+	const attempts = 3 // a record rewritten between each read and write: try again next beat
+	var err error
+	for range attempts {
+		if err = h.cfg.fence.write(ctx, ts, ceiling, released); !errors.Is(err, errRecordMoved) {
+			if err == nil {
+				h.setFenceErr(nil)
+			}
+			return err
+		}
+		h.setFenceErr(fmt.Errorf("%w: %w", ErrLeaseUnverified, err))
+		reclaim, rerr := h.cfg.fence.resolve(ctx)
+		if rerr != nil {
+			// Lost (Beat makes that for good), or not known yet: the generator stays
+			// suspended until the record is read again at the next beat.
+			return rerr
+		}
+		if reclaim == "" {
+			h.log.Warn("the worker ID's record had moved, by an earlier write of this run's that seemed to fail; writing it again")
+		} else {
+			h.noteReclaim(reclaim)
+		}
 	}
-	h.setFenceErr(fmt.Errorf("%w: %w", ErrLeaseUnverified, err))
-	if err := h.cfg.fence.resolve(ctx); err != nil {
-		// Lost (Beat makes that for good), or not known yet: the generator stays
-		// suspended until the record is read again at the next beat.
-		return err
+	return err
+}
+
+// noteReclaim counts a foreign write taken back, and logs it: the first at once, then
+// at most once per reclaimLogEvery with the count, so that a stream of them (a hostile
+// writer) costs bounded log lines.
+func (h *Heartbeat) noteReclaim(why string) {
+	now := h.cfg.Monotonic()
+	h.mu.Lock()
+	h.reclaims++
+	h.unlogged++
+	n, total := h.unlogged, h.reclaims
+	due := h.reclaimLog == 0 || now-h.reclaimLog >= reclaimLogEvery
+	if due {
+		h.reclaimLog, h.unlogged = max(now, 1), 0
 	}
-	h.setFenceErr(nil)
-	h.log.Warn("the worker ID's record had moved, by an earlier write of this run's that seemed to fail; writing it again")
-	return h.cfg.fence.write(ctx, ts, ceiling, released)
+	h.mu.Unlock()
+	if due {
+		h.log.Warn("the worker ID's record was written by someone else, naming no live holder: taken back at once, issuing goes on (a forged or stray write to the forever bucket; check who may write it)",
+			"why", why, "taken_back", n, "taken_back_total", total, "logged_at_most_every", reclaimLogEvery)
+	}
 }
 
 // setFenceErr suspends the generator while the fence's record is being read again (err),
@@ -644,8 +720,8 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			stopWatch() // first: the release deletes what it watches
-			h.stop(ctx)
+			stopWatch()     // first: the release deletes what it watches
+			_ = h.stop(ctx) // failed final writes are logged: see above
 			return nil
 		case <-h.lost:
 			h.mu.Lock()
@@ -701,8 +777,9 @@ func (h *Heartbeat) startWatch() (stop func()) {
 	}
 }
 
-// stop is the clean stop: suspend, final record, release.
-func (h *Heartbeat) stop(ctx context.Context) {
+// stop is the clean stop: suspend, final record, release. It returns the writes that
+// failed, which it also logs.
+func (h *Heartbeat) stop(ctx context.Context) error {
 	h.beatMu.Lock()
 	defer h.beatMu.Unlock()
 	h.mu.Lock()
@@ -729,9 +806,10 @@ func (h *Heartbeat) stop(ctx context.Context) {
 	}
 	if len(errs) > 0 {
 		h.log.Warn("heartbeat stopped; some final writes failed", "record", fmtMs(ts), "err", errors.Join(errs...))
-		return
+		return errors.Join(errs...)
 	}
 	h.log.Info("heartbeat stopped: final record written, lease released", "record", fmtMs(ts))
+	return nil
 }
 
 // Stats returns a snapshot of the heartbeat's state.
@@ -747,6 +825,7 @@ func (h *Heartbeat) Stats() HeartbeatStats {
 		Suspended:           h.applied != nil,
 		LeaseLost:           h.lostErr != nil,
 		LeaseWatched:        h.watched && h.lostErr == nil,
+		Reclaims:            h.reclaims,
 		ClockMinusRecordMs:  h.clockMinus,
 		ClockJumpMs:         h.jumpMs,
 		ForwardJumps:        h.jumps,

@@ -19,6 +19,7 @@ import (
 func heartbeatConfig(edit func(*HeartbeatConfig)) HeartbeatConfig {
 	cfg := DefaultHeartbeatConfig()
 	cfg.NodeID = "n1"
+	cfg.CeilingLead = 0 // the ceilings these tests check are record + Interval + BorrowMax
 	edit(&cfg)
 	return cfg
 }

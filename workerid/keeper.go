@@ -470,13 +470,20 @@ func (k *Keeper) resumeWith(ctx context.Context, lease Lease) (*Heartbeat, *work
 // highest, and a generator that issued nothing reports its floor, which is no timestamp
 // it used. With nothing issued the record stays the registry's own. The worker ID's
 // record in the forever bucket is marked released, so that the next holder need not wait
-// to see it unwritten. Without a worker ID it does nothing.
+// to see it unwritten. Once Start has run, that is the heartbeat's clean stop. Without a
+// worker ID it does nothing.
 func (k *Keeper) Release(ctx context.Context) error {
 	k.mu.Lock()
-	ran, lease, gen, floor, fence := k.ran, k.lease, k.gen, k.floor, k.fence
+	ran, lease, gen, floor, fence, hb := k.ran, k.lease, k.gen, k.floor, k.fence, k.hb
 	k.mu.Unlock()
 	if ran || lease == nil {
 		return nil // the heartbeat released it with its final record, or lost it
+	}
+	if hb != nil {
+		// Started, never run: the heartbeat's own clean stop, as Run's would be, so that
+		// the records and the cache file say so (this data dir's next run need not wait
+		// out the released record's ceiling).
+		return hb.stop(ctx)
 	}
 	ts := lease.Recorded()
 	if gen != nil {

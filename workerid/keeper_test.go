@@ -32,6 +32,7 @@ func keeperConfig(tb testing.TB, node string, reg Registry, f *Forever, edit fun
 	guard.NodeID, guard.Forever, guard.Logger = node, f, testutil.Logger(tb)
 	hb := DefaultHeartbeatConfig()
 	hb.NodeID, hb.Forever, hb.Interval, hb.Logger = node, f, 250*time.Millisecond, testutil.Logger(tb)
+	hb.CeilingLead = 0 // no KV stall to ride out here; a start waits out less
 	cfg := KeeperConfig{Registry: reg, Guard: guard, Heartbeat: hb, Logger: testutil.Logger(tb)}
 	if edit != nil {
 		edit(&cfg)
@@ -395,7 +396,9 @@ func TestKeeperStopsForAnotherHolder(t *testing.T) {
 	f := openForever(t, env.js)
 	k, gen := startKeeper(t, staticKeeperConfig(t, "disp-1", 9, f, ""))
 	stop, done := runKeeper(t, k)
-	keepWriting(t, f, 9, Record{WorkerID: 9, NodeID: "old-version"}, 50*time.Millisecond)
+	// An old version raises the record (Forever.RaiseWorker): its ceiling is never below
+	// this holder's.
+	keepWriting(t, f, 9, Record{WorkerID: 9, NodeID: "old-version", Ceiling: time.Now().Add(time.Minute).UnixMilli()}, 50*time.Millisecond)
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):

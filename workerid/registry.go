@@ -31,8 +31,9 @@ type Identifier interface{ Identity() string }
 // Lease is a worker ID held by this node.
 //
 // What the clock guard relies on (Heartbeat raises the generator's ceiling to
-// ts + interval + borrow-max once Renew(ts) returned nil, and Guard.Start at the next
-// start waits past Recorded() + interval + borrow-max):
+// ts + interval + borrow-max + ceiling lead once Renew(ts) returned nil, and records
+// that ceiling beside ts; Guard.Start at the next start waits past the recorded ceiling,
+// or Recorded() + interval + borrow-max where no record carries one):
 //   - after Renew(ts) or Release(ts) returned nil, every later Acquire of the same ID
 //     (by any node) reports Recorded() >= ts; the stored value never goes down;
 //   - for an expiring lease, Renew fails with ErrLeaseLost when any other node acquired
