@@ -57,6 +57,9 @@ func (d *Dispenser) Run(ctx context.Context) error {
 		// Interrupted after the service, whose interrupt returns once NATS has drained.
 		addLoop(&g, "http", d.http.Run)
 	}
+	if d.monitor != nil {
+		addLoop(&g, "monitor http", d.monitor.Run)
+	}
 	{
 		// Once both faces stopped taking requests: the core refuses new waits and
 		// returns when every request still waiting was answered.
