@@ -60,6 +60,11 @@ func (d *Dispenser) Run(ctx context.Context) error {
 	if d.monitor != nil {
 		addLoop(&g, "monitor http", d.monitor.Run)
 	}
+	addLoop(&g, "mixed fleet check", func(ctx context.Context) error {
+		d.noteOldPeers(ctx)
+		<-ctx.Done()
+		return nil
+	})
 	{
 		// Once both faces stopped taking requests: the core refuses new waits and
 		// returns when every request still waiting was answered.
