@@ -182,7 +182,9 @@ func TestEveryRoleEveryCommand(t *testing.T) {
 		t.Setenv("LEAFBUS_PASSWORD", password)
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
-		var stdout, stderr bytes.Buffer
+		// Synchronized: the NATS connection's close callback may log after the command
+		// returned.
+		var stdout, stderr testutil.SyncBuffer
 		code := runCommand(ctx, r.args, &stdout, &stderr)
 		out := stdout.String()
 		if wantCode != 0 {
