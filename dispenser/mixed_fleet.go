@@ -3,6 +3,7 @@ package dispenser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -40,7 +41,11 @@ func (d *Dispenser) noteOldPeers(ctx context.Context) {
 		return
 	}
 	answers, err := client.AskAll{Prefix: d.cfg.Prefix, Window: oldPeersWindow, Quiet: oldPeersQuiet}.Do(ctx, d.nc, nats.NewMsg(subject))
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		d.log.Info("mixed fleet check off: this NATS user may not ask $SRV.INFO, so dispensers from before the deployment record are not looked for", "err", err)
+		return
+	case err != nil:
 		d.log.Debug("mixed fleet check: $SRV.INFO not asked", "err", err)
 		return
 	}
