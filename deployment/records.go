@@ -72,6 +72,23 @@ func Open(ctx context.Context, js jetstream.JetStream, prefix string, replicas i
 	return r, nil
 }
 
+// Look binds to prefix's record bucket for reading only: it never creates the bucket
+// nor changes its configuration, so a user that may only read it (deploy/nats-roles.conf:
+// operator) can. No bucket is jetstream.ErrBucketNotFound.
+func Look(ctx context.Context, js jetstream.JetStream, prefix string) (*Records, error) {
+	subjects, err := wire.NewSubjects(prefix)
+	if err != nil {
+		return nil, err
+	}
+	r := &Records{js: js, cfg: jetstream.KeyValueConfig{Bucket: subjects.Bucket(wire.DeploymentBucket)}}
+	kv, err := js.KeyValue(ctx, r.cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("deployment: bind to KV bucket %s: %w", r.cfg.Bucket, err)
+	}
+	r.kv = kv
+	return r, nil
+}
+
 // reopen opens the bucket again: after it was deleted, it is created anew.
 func (r *Records) reopen(ctx context.Context) error {
 	kv, err := kvbucket.Open(ctx, r.js, r.cfg)

@@ -7,6 +7,9 @@ import (
 	"os"
 	"slices"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/wire"
 )
@@ -62,11 +65,27 @@ func ShowDeployment(ctx context.Context, cfg Config, opts ...Option) (Deployment
 		return DeploymentView{}, err
 	}
 	defer d.Close()
-	records, err := deployment.Open(ctx, d.js, cfg.Prefix, cfg.KVReplicas)
-	if err != nil {
-		return DeploymentView{}, err
+	// Bound to, never created: show only reads, and a user that may only read the
+	// bucket (deploy/nats-roles.conf: operator) can. A permissions violation ends it at
+	// once instead of waiting out the request it refused.
+	var v DeploymentView
+	err = d.attempt(ctx, step{name: "deployment show", run: func(ctx context.Context) error {
+		records, err := deployment.Look(ctx, d.js, cfg.Prefix)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			v.Bucket = wire.Subjects{Prefix: cfg.Prefix}.Bucket(wire.DeploymentBucket)
+			return nil // no dispenser has started yet
+		}
+		if err != nil {
+			return err
+		}
+		v, err = viewDeployment(ctx, records)
+		return err
+	}}, 0)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return v, fmt.Errorf("deployment show: the NATS server denies %s a read of KV bucket %s (give the user the read rights of user operator in deploy/nats-roles.conf): %w",
+			d.describeCreds(Credentials{}), wire.Subjects{Prefix: cfg.Prefix}.Bucket(wire.DeploymentBucket), err)
 	}
-	return viewDeployment(ctx, records)
+	return v, err
 }
 
 func viewDeployment(ctx context.Context, records *deployment.Records) (DeploymentView, error) {

@@ -291,6 +291,7 @@ func (d *Dispenser) startService(context.Context) error {
 	svcCfg.Metadata[wire.MetaSnowflakeLayout] = layout.Name()
 	svcCfg.Metadata[wire.MetaSnowflakeWorkers] = strconv.FormatInt(layout.MaxWorkerID()+1, 10)
 	svcCfg.Metadata[wire.MetaSnowflakePerMs] = strconv.FormatInt(layout.MaxSequence()+1, 10)
+	svcCfg.Metadata[wire.MetaDeploymentRecord] = strconv.Itoa(wire.DeploymentVersion)
 	// The worker ID is asked for each answer: after a lost lease the worker keeper moves
 	// the generator to a new one, and discovery and the peers must see that one.
 	svcCfg.LiveMetadata = func() map[string]string {

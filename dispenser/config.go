@@ -101,6 +101,11 @@ type Config struct {
 	// is a warning, and the dispenser serves without HTTP.
 	HTTP         string
 	HTTPExplicit bool
+	// MonitorListen is the operator pages' own listener (--monitor-listen): the status
+	// page, /cache, /db and /metrics move there, every tag's counters shown, and --http
+	// keeps the ID API (and the probes, which both serve). "": one listener, --http,
+	// where opaque tags' counters are left out.
+	MonitorListen string
 	// IDKeyFile names the file holding the ID key of opaque tags (--id-key-file); IDKey
 	// is the key itself, as such a file holds it (LEAFBUS_ID_KEY, with no flag: a key
 	// never stands on a command line). At most one of them; with neither, opaque tags

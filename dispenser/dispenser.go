@@ -68,6 +68,7 @@ type Dispenser struct {
 	svc           *bus.Service
 	metrics       *metrics.Metrics // told of every answer, read by /metrics (http.go)
 	http          *httpapi.Server  // nil: HTTP off, or the default address was taken
+	monitor       *httpapi.Server  // the operator pages' own listener (--monitor-listen); nil: none
 	denied        deniedWatch      // permissions violations on nc while a step of New runs (startwait.go)
 
 	// The deployment record (deployment.go): where it is, what this dispenser is, and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/leafbus/leafbus/bus"
@@ -53,7 +54,7 @@ func (d *Dispenser) sources() metrics.Sources {
 // without HTTP; any other failure is a start-up error. Run serves on the bound address.
 func (d *Dispenser) startHTTP(context.Context) error {
 	cfg := d.cfg
-	if cfg.HTTP == "" {
+	if cfg.HTTP == "" && cfg.MonitorListen == "" {
 		return nil
 	}
 	maxConns, fileLimit, reserve := httpConnCap(cfg.HTTPMaxConns, fdlimit.Soft)
@@ -79,8 +80,28 @@ func (d *Dispenser) startHTTP(context.Context) error {
 			Cluster:  httpapi.Discover(d.nc, cfg.Prefix),
 			TagRange: d.describeRange,
 			Rows:     d.store, // the store's rows (leaf_alloc with MySQL), as Leaf's /db page shows them
+			Opaque:   d.opaqueTag,
 		},
 		Logger: d.log.With("component", "http"),
+	}
+	if cfg.MonitorListen != "" {
+		// The operator pages on a listener of their own, first: the ID listener's
+		// failure to bind the default address leaves it serving alone.
+		mc := hc
+		mc.Face, mc.Logger = httpapi.FaceMonitor, d.log.With("component", "monitor-http")
+		mon, err := httpapi.New(cfg.MonitorListen, mc)
+		if err != nil {
+			return err
+		}
+		if err := mon.Listen(true); err != nil {
+			return fmt.Errorf("--monitor-listen: %w", err)
+		}
+		d.monitor = mon
+		d.onClose("monitor http server", mon.Close)
+		hc.Face = httpapi.FaceIDs
+	}
+	if cfg.HTTP == "" {
+		return nil
 	}
 	srv, err := httpapi.New(cfg.HTTP, hc)
 	if err != nil {
@@ -107,10 +128,34 @@ func (d *Dispenser) HTTPAddr() net.Addr {
 	return d.http.Addr()
 }
 
-// statusURL is the status page's URL for the banner, "" without HTTP. An address on
-// every interface is shown as loopback, where it can certainly be opened.
+// MonitorAddr is the address of the operator pages' own listener (--monitor-listen),
+// or nil without one.
+func (d *Dispenser) MonitorAddr() net.Addr {
+	if d.monitor == nil {
+		return nil
+	}
+	return d.monitor.Addr()
+}
+
+// opaqueTag reports whether tag is opaque (or would be, where this node refuses its
+// range): its counters are shown on the monitor listener only.
+func (d *Dispenser) opaqueTag(tag string) bool {
+	if d.shaper == nil {
+		return false
+	}
+	r, _, _ := d.shaper.Range(tag)
+	return r.Opaque
+}
+
+// statusURL is the status page's URL for the banner (on --monitor-listen when given),
+// "" without HTTP. An address on every interface is shown as loopback, where it can
+// certainly be opened.
 func (d *Dispenser) statusURL() string {
-	addr, ok := d.HTTPAddr().(*net.TCPAddr)
+	page := d.HTTPAddr()
+	if d.monitor != nil {
+		page = d.MonitorAddr()
+	}
+	addr, ok := page.(*net.TCPAddr)
 	if !ok {
 		return ""
 	}
@@ -182,6 +227,13 @@ func (c Config) checkHTTP() []error {
 	if c.HTTP != "" {
 		if _, _, err := bus.SplitHostPort(c.HTTP); err != nil {
 			errs = append(errs, fmt.Errorf("--http %q: %w (empty turns HTTP off)", c.HTTP, err))
+		}
+	}
+	if c.MonitorListen != "" {
+		if _, _, err := bus.SplitHostPort(c.MonitorListen); err != nil {
+			errs = append(errs, fmt.Errorf("--monitor-listen %q: %w (empty keeps the operator pages on --http)", c.MonitorListen, err))
+		} else if c.MonitorListen == c.HTTP && !strings.HasSuffix(c.HTTP, ":0") {
+			errs = append(errs, fmt.Errorf("--monitor-listen %q is --http's address: give the operator pages another (or leave --monitor-listen empty)", c.MonitorListen))
 		}
 	}
 	if c.MetricsMaxTags < 0 {

@@ -60,6 +60,14 @@ func (d *Dispenser) Run(ctx context.Context) error {
 		// Interrupted after the service, whose interrupt returns once NATS has drained.
 		addLoop(&g, "http", d.http.Run)
 	}
+	if d.monitor != nil {
+		addLoop(&g, "monitor http", d.monitor.Run)
+	}
+	addLoop(&g, "mixed fleet check", func(ctx context.Context) error {
+		d.noteOldPeers(ctx)
+		<-ctx.Done()
+		return nil
+	})
 	{
 		// Once both faces stopped taking requests: the core refuses new waits and
 		// returns when every request still waiting was answered.

@@ -50,6 +50,10 @@ func (s *Server) leaf(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such path: "+oneLine(r.URL.Path))
 		return
 	}
+	if page := rt == routeCache || rt == routeDB; (page && !s.servesPages()) || (!page && !s.servesIDs()) {
+		s.notHere(w, r)
+		return
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 	case http.MethodOptions:

@@ -33,6 +33,9 @@ func (s *Server) serveCache(w http.ResponseWriter, _ *http.Request) {
 	slices.SortFunc(tags, func(a, b metrics.SegmentTag) int { return cmp.Compare(a.Tag, b.Tag) })
 	b := leafPageStart("name", "init", "next", "pos", "value0", "max0", "step0", "value1", "max1", "step1")
 	for _, t := range tags {
+		if s.hides(t.Tag) {
+			continue
+		}
 		b = leafRow(b, html.EscapeString(t.Tag), strconv.FormatBool(t.Current.Max > 0), strconv.FormatBool(t.NextReady), "0",
 			grouped(t.Current.Value), grouped(t.Current.Max), grouped(t.Current.Step),
 			grouped(t.Next.Value), grouped(t.Next.Max), grouped(t.Next.Step))
@@ -57,6 +60,7 @@ func (s *Server) serveDB(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot read the segment store: %v", err))
 		return
 	}
+	rows = slices.DeleteFunc(rows, func(t segment.Tag) bool { return s.hides(t.Name) })
 	slices.SortFunc(rows, func(a, b segment.Tag) int { return cmp.Compare(a.Name, b.Name) })
 	b := leafPageStart("tag", "max", "step", "update")
 	for _, t := range rows {

@@ -74,6 +74,12 @@ type Config struct {
 
 	Status Status // the status page's sources
 
+	// Face is what this listener serves (faces.go): everything (FaceAll, one listener),
+	// the ID API only (FaceIDs) or the operator pages only (FaceMonitor), for
+	// --monitor-listen. The HTTP gauges of /metrics are registered by the one face
+	// that serves IDs.
+	Face Face
+
 	// MaxInFlight bounds requests being answered (from the end of their body to the
 	// start of their answer); beyond it they are answered 503 at once (the probes
 	// excepted, so that an overloaded node is not also killed as dead).
@@ -201,6 +207,7 @@ type Server struct {
 	refusedAt atomic.Int64
 	writers   sync.Pool // *answerWriter
 	status    *statusPage
+	metricsH  http.Handler // /metrics as this face serves it (faces.go)
 	// clusterCache shares the status page's discovery among page loads.
 	clusterCache clusterCache
 	draining     atomic.Bool // set when Run's context ends: /readyz answers 503
@@ -237,8 +244,11 @@ func New(addr string, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.status = page
-	if err := s.registerInFlight(); err != nil {
-		return nil, err
+	s.metricsH = s.metricsHandler()
+	if s.servesIDs() {
+		if err := s.registerInFlight(); err != nil {
+			return nil, err
+		}
 	}
 	s.srv = &http.Server{
 		Handler:           s.Handler(),
@@ -407,10 +417,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	aw := s.answerWriter(w)
 	defer s.done(aw)
 	switch r.URL.Path {
-	case "/":
-		s.own(aw, r, s.statusHandler)
-	case "/metrics":
-		s.own(aw, r, s.metrics)
+	case "/", "/metrics":
+		if !s.servesPages() {
+			s.notHere(aw, r)
+		} else if r.URL.Path == "/" {
+			s.own(aw, r, s.statusHandler)
+		} else {
+			s.own(aw, r, s.metrics)
+		}
 	default:
 		s.leaf(aw, r)
 	}
@@ -450,11 +464,11 @@ func (s *Server) turnedAway() { s.refusedAt.Store(int64(max(s.mono(), 1))) }
 
 // metrics serves the Prometheus registry.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Metrics == nil {
+	if s.metricsH == nil {
 		writeError(w, http.StatusNotFound, "metrics are not configured on this dispenser")
 		return
 	}
-	s.cfg.Metrics.Handler().ServeHTTP(w, r)
+	s.metricsH.ServeHTTP(w, r)
 }
 
 // own serves one of this project's own pages: GET and HEAD only.

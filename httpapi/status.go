@@ -33,6 +33,9 @@ type Status struct {
 	// key ...", "53 bits"; PROTOCOL.md "Opaque tags and widths"), "" for the default;
 	// shown beside the tag's buffers and its row. nil: not shown.
 	TagRange func(tag string) string
+	// Opaque reports whether a tag is opaque: its counters (buffers, max_id, metrics
+	// series) are shown on the monitor listener only (faces.go). nil: none is.
+	Opaque func(tag string) bool
 	// Cluster returns every dispenser the $SRV discovery finds; nil leaves it out. Page
 	// loads share one call at a time, and its result for clusterFresh: however many
 	// load the page, the dispensers are asked about once a second.
@@ -220,7 +223,7 @@ func (s *Server) pageData(ctx context.Context) pageData {
 		}
 	}
 	if src := st.Sources.SegmentTags; src != nil {
-		all := src()
+		all := slices.DeleteFunc(src(), func(t metrics.SegmentTag) bool { return s.hides(t.Tag) })
 		top, rest := metrics.Busiest(all, st.MaxTags)
 		slices.SortFunc(top, func(a, b metrics.SegmentTag) int { return cmp.Compare(a.Tag, b.Tag) })
 		d.Tags, d.TagCount, d.MoreTags = top, len(all), len(rest)
@@ -245,6 +248,7 @@ func (s *Server) rows(ctx context.Context) ([]statusRow, int, string) {
 	if err != nil {
 		return nil, 0, oneLine(err.Error())
 	}
+	rows = slices.DeleteFunc(rows, func(t segment.Tag) bool { return s.hides(t.Name) })
 	slices.SortFunc(rows, func(a, b segment.Tag) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]statusRow, 0, min(len(rows), s.cfg.Status.MaxTags))
 	for _, t := range rows[:min(len(rows), s.cfg.Status.MaxTags)] {

@@ -21,6 +21,11 @@ const (
 	MetaSnowflakeLayout  = "snowflake_layout"
 	MetaSnowflakeWorkers = "snowflake_workers"
 	MetaSnowflakePerMs   = "snowflake_ids_per_ms"
+
+	// MetaDeploymentRecord is the version of the deployment record (DeploymentVersion)
+	// the dispenser checks itself against at start and watches while it runs. A peer
+	// without it is from before the record: it neither checks nor keeps it.
+	MetaDeploymentRecord = "deployment_record"
 )
 
 // MetaDeployment is this dispenser's own part of the deployment record, as JSON: its

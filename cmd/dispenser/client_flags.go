@@ -125,6 +125,25 @@ func (c *clientFlags) checkInbox(nc *nats.Conn) error {
 	return fmt.Errorf("the NATS server refuses this user its reply inboxes %s.> (%w): give its own prefix in --inbox-prefix (docs/errors.md#inbox-prefix)", prefix, err)
 }
 
+// namesUser puts in front of a permissions violation the NATS user it was for, and
+// which user of deploy/nats-roles.conf may do it (roles): the server's message names the
+// subject only. Other errors are returned as they are.
+func (c *clientFlags) namesUser(err error, roles string) error {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	who := "the connection's NATS user"
+	switch {
+	case c.conn.User != "":
+		who = fmt.Sprintf("user %q", c.conn.User)
+	case c.conn.CredsFile != "":
+		who = "the user of --creds " + c.conn.CredsFile
+	case c.conn.NKeySeedFile != "":
+		who = "the user of --nkey " + c.conn.NKeySeedFile
+	}
+	return fmt.Errorf("the NATS server denies %s this (deploy/nats-roles.conf: %s may): %w", who, roles, err)
+}
+
 func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -100,6 +100,7 @@ Flags:
 	fs.DurationVar(&c.ClockJumpMax, "clock-jump-max", c.ClockJumpMax, "a forward clock jump beyond this is logged and not recorded")
 	fs.DurationVar(&c.BorrowMax, "borrow-max", c.BorrowMax, "how far ahead of the clock pre-filled snowflake batches may reach")
 	fs.StringVar(&c.HTTP, "http", c.HTTP, "HTTP listener host:port: Leaf's HTTP API, the status page, /metrics, /healthz, /readyz; empty turns it off. When not given and the default is taken, the dispenser warns and serves without HTTP")
+	fs.StringVar(&c.MonitorListen, "monitor-listen", c.MonitorListen, "the operator pages' own HTTP listener host:port: the status page, /cache, /db and /metrics move there (with every opaque tag's counters), and --http keeps the ID API and /healthz, /readyz; empty: all on --http, opaque tags' counters left out")
 	fs.StringVar(&c.IDKeyFile, "id-key-file", c.IDKeyFile, "file holding the ID key of opaque tags as 32-128 hex digits (openssl rand -hex 32), the same on every dispenser; or give the key itself in "+dispenser.IDKeyEnv+" (no flag). Without either, opaque tags are refused")
 	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", c.HTTPMaxConns, "most HTTP connections open at once: at the cap a new one closes the one idle longest, or is refused with 503 when every one has a request in progress; lowered to leave 1024 descriptors (half of a smaller open file limit) to NATS, the stores and files")
 	fs.IntVar(&c.MetricsMaxTags, "metrics-max-tags", c.MetricsMaxTags, "per-tag segment metrics name the busiest this many tags; the rest are summed as tag=\"_other\"")

@@ -39,7 +39,7 @@ func runDecode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer nc.Close()
 	d, err := client.Decode(ctx, id)
 	if err != nil {
-		return err
+		return cf.namesUser(err, "an application's user (client-a) or operator")
 	}
 	return printJSON(stdout, d)
 }

@@ -151,6 +151,13 @@ func startBinaryLimited(t testing.TB, dataDir string, nofile int, args ...string
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startBinaryOf(t, bin, dataDir, nofile, args...)
+}
+
+// startBinaryOf is startBinaryLimited with the binary bin (one built from another
+// commit: upgrade_test.go).
+func startBinaryOf(t testing.TB, bin, dataDir string, nofile int, args ...string) *process {
+	t.Helper()
 	url := ""
 	for i, a := range args {
 		if a == "--nats" && i+1 < len(args) {

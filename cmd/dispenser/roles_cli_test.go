@@ -107,3 +107,111 @@ func TestCLIUnderRoles(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryRoleEveryCommand runs each CLI command that talks to NATS as each user of
+// deploy/nats-roles.conf: what the role may do succeeds, and what it may not fails at
+// once with the permissions violation, naming the subject refused (and, where the
+// command knows it, the user). "At once": each denied command runs under a deadline far
+// below one JetStream request's timeout (5 s), let alone a retry loop's, with
+// --timeout and --start-timeout long, so a command that waited instead of failing would
+// end on the deadline, not on the violation.
+func TestEveryRoleEveryCommand(t *testing.T) {
+	d, pw := startRolesDispenser(t)
+	url := d.ClientURL()
+	const id = "1860000000000000000"
+	dir := t.TempDir() // fence's data dir: an empty one, which fence may open
+	as := func(user string, args ...string) []string {
+		out := append([]string{}, args...)
+		out = append(out, "--nats", url, "--user", user)
+		if strings.HasPrefix(user, "client-") {
+			out = append(out, "--inbox-prefix", "_INBOX_"+user)
+		}
+		return out
+	}
+	admin := func(user string, args ...string) []string {
+		return append(append([]string{}, args...), "--nats", url, "--user", user, "--start-timeout", "1m")
+	}
+	tags := func(op string) []string {
+		switch op {
+		case "add":
+			return []string{"tag", "add", "--tag", "roles", "--step", "100", "--timeout", "1m"}
+		case "update":
+			return []string{"tag", "update", "--tag", "roles", "--max-id", "5000", "--timeout", "1m"}
+		}
+		return []string{"tag", "list", "--timeout", "1m"}
+	}
+	decode := func(user string) []string { return append(as(user, "decode", "--timeout", "1m"), id) }
+	type run struct {
+		name string
+		user string
+		args []string
+		want []string // allowed: in stdout; denied: in stderr
+	}
+	allowed := []run{
+		{"OperatorTagAdd", "operator", as("operator", tags("add")...), []string{`"tag": "roles"`}},
+		{"OperatorTagUpdate", "operator", as("operator", tags("update")...), []string{`"max_id": 5000`}},
+		{"OperatorTagList", "operator", as("operator", tags("list")...), []string{"roles"}},
+		{"OperatorDecode", "operator", decode("operator"), []string{`"worker_id"`}},
+		{"OperatorDeploymentShow", "operator", admin("operator", "deployment", "show"), []string{"KV bucket leaf_deployment", `"segment_store"`}},
+		{"ClientDecode", "client-a", decode("client-a"), []string{`"worker_id"`}},
+		{"DispenserDeploymentShow", "dispenser", admin("dispenser", "deployment", "show"), []string{`"segment_store"`}},
+		{"DispenserDeploymentSet", "dispenser", admin("dispenser", "deployment", "set", "--confirm"), []string{"written: revision"}},
+	}
+	violation := "Permissions Violation for Publish to "
+	named := func(user, subject string) []string {
+		return []string{`user "` + user + `"`, violation + `"` + subject + `"`}
+	}
+	denied := []run{
+		{"OperatorDeploymentSet", "operator", admin("operator", "deployment", "set", "--confirm"), []string{`user "operator"`, violation}},
+		{"OperatorFence", "operator", append(admin("operator", "fence"), "--data-dir", dir), []string{`user "operator"`, violation}},
+		{"ClientTagAdd", "client-a", as("client-a", tags("add")...), named("client-a", "leaf.admin.tags.add")},
+		{"ClientTagUpdate", "client-a", as("client-a", tags("update")...), named("client-a", "leaf.admin.tags.update")},
+		{"ClientTagList", "client-a", as("client-a", tags("list")...), named("client-a", "leaf.admin.tags.list")},
+		{"ClientDeploymentShow", "client-a", admin("client-a", "deployment", "show"), []string{`user "client-a"`, "Permissions Violation"}},
+		{"ClientDeploymentSet", "client-a", admin("client-a", "deployment", "set"), []string{`user "client-a"`, "Permissions Violation"}},
+		{"EtlDecode", "etl", decode("etl"), named("etl", "leaf.decode.snowflake")},
+		{"EtlTagList", "etl", as("etl", tags("list")...), named("etl", "leaf.admin.tags.list")},
+		{"EtlDeploymentShow", "etl", admin("etl", "deployment", "show"), []string{`user "etl"`, violation}},
+		{"DispenserTagList", "dispenser", as("dispenser", tags("list")...), named("dispenser", "leaf.admin.tags.list")},
+		{"DispenserDecode", "dispenser", decode("dispenser"), named("dispenser", "leaf.decode.snowflake")},
+		{"ServiceTagList", "dispenser-service", as("dispenser-service", tags("list")...), []string{"Permissions Violation"}},
+		{"ServiceDeploymentShow", "dispenser-service", admin("dispenser-service", "deployment", "show"), []string{`user "dispenser-service"`, "Permissions Violation"}},
+	}
+	check := func(t *testing.T, r run, deadline time.Duration, wantCode int) {
+		password := pw[passwordVarOf(r.user)]
+		t.Setenv("LEAFBUS_PASSWORD", password)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		// Synchronized: the NATS connection's close callback may log after the command
+		// returned.
+		var stdout, stderr testutil.SyncBuffer
+		code := runCommand(ctx, r.args, &stdout, &stderr)
+		out := stdout.String()
+		if wantCode != 0 {
+			out = stderr.String()
+		}
+		ok := code == wantCode && ctx.Err() == nil
+		for _, w := range r.want {
+			ok = ok && strings.Contains(out, w)
+		}
+		if !ok {
+			t.Fatalf("as %s, dispenser %s: exit %d (deadline %v: %v), want %d with %q in\nstdout: %s\nstderr: %s",
+				r.user, strings.Join(r.args, " "), code, deadline, ctx.Err(), wantCode, r.want, stdout.String(), stderr.String())
+		}
+		if strings.Contains(stdout.String()+stderr.String(), password) {
+			t.Errorf("dispenser %s printed the password", strings.Join(r.args, " "))
+		}
+	}
+	for _, r := range allowed {
+		t.Run(r.name, func(t *testing.T) { check(t, r, time.Minute, 0) })
+	}
+	for _, r := range denied {
+		t.Run(r.name, func(t *testing.T) { check(t, r, 3*time.Second, 1) })
+	}
+}
+
+// passwordVarOf is the environment variable deploy/nats-roles.conf reads user's
+// password from (testutil.NATSConfPasswords' keys).
+func passwordVarOf(user string) string {
+	return "NATS_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_PASSWORD"
+}

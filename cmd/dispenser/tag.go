@@ -59,11 +59,13 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer nc.Close()
 	switch c.op {
 	case "add":
-		return c.add(ctx, cl, stdout)
+		err = c.add(ctx, cl, stdout)
 	case "update":
-		return c.update(ctx, cl, stdout)
+		err = c.update(ctx, cl, stdout)
+	default:
+		err = c.list(ctx, cl, stdout)
 	}
-	return c.list(ctx, cl, stdout)
+	return c.cf.namesUser(err, "user operator")
 }
 
 // parse reads the flags of c.op and the environment.
