@@ -215,6 +215,14 @@ func (c *Core) WaitMax() time.Duration { return c.cfg.WaitMax }
 // apart any long, which Decode refuses below 1).
 func (c *Core) Layout() snowflake.Layout { return c.cfg.Layout }
 
+// TagRow is a segment tag's row in its store (package segment's Tag), as the status
+// page and Leaf's /db show it.
+type TagRow = segment.Tag
+
+// Layout is the snowflake bit layout (package snowflake's), which Leaf's decode page
+// takes IDs apart with.
+type Layout = snowflake.Layout
+
 // Decoded is a snowflake ID taken apart (package snowflake's), as both faces answer it:
 // the faces take it from the core, which decodes with the deployment's layout.
 type Decoded = snowflake.Decoded

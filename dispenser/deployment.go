@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/deployment"
-	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
 	"github.com/leafbus/leafbus/segment"
@@ -393,8 +393,8 @@ func (d *Dispenser) deploymentProblems() []string {
 
 // withDeployment adds the deployment record's problems to /readyz and the status page:
 // as warnings, for the dispenser serves on safely (it refused what it contradicts).
-func (d *Dispenser) withDeployment(r httpapi.Readiness) httpapi.Readiness {
-	return httpapi.ReadinessFunc(func() httpapi.Health {
+func (d *Dispenser) withDeployment(r core.Readiness) core.Readiness {
+	return core.ReadinessFunc(func() core.Health {
 		h := r.Health()
 		if p := d.deploymentProblems(); len(p) > 0 {
 			h.Warning = strings.Join(append([]string{h.Warning}[:min(len(h.Warning), 1)], p...), "; ")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leafbus/leafbus/bus"
 	"github.com/leafbus/leafbus/client"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/internal/fdlimit"
 	"github.com/leafbus/leafbus/metrics"
@@ -34,9 +35,9 @@ func (d *Dispenser) newMetrics(context.Context) (err error) {
 func (d *Dispenser) sources() metrics.Sources {
 	cfg := d.cfg
 	src := metrics.Sources{
-		SegmentTags: httpapi.SegmentState(d.segments),
-		Snowflake:   httpapi.SnowflakeState(d.snowflakes, d.heartbeat, cfg.WorkerRegistry, cfg.leaseTTL()),
-		Pools:       httpapi.PoolState(d.batches, d.poolStream),
+		SegmentTags: core.SegmentState(d.segments),
+		Snowflake:   core.SnowflakeState(d.snowflakes, d.heartbeat, cfg.WorkerRegistry, cfg.leaseTTL()),
+		Pools:       core.PoolState(d.batches, d.poolStream),
 	}
 	if d.embedded != nil {
 		src.NATS = func() metrics.NATSServer { return embeddedFigures(d.embedded) }
@@ -72,7 +73,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 		Core:      d.core,
 		MaxConns:  maxConns,
 		Metrics:   d.metrics,
-		Readiness: d.withDeployment(d.withMarks(httpapi.HealthOf(d.segments, d.snowflakes, d.heartbeat))),
+		Readiness: d.withDeployment(d.withMarks(core.HealthOf(d.segments, d.snowflakes, d.heartbeat))),
 		Status: httpapi.Status{
 			// A --nats URL may carry a user and password: the page shows none.
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: client.RedactURLs(d.clientURL), SegmentStore: cfg.SegmentStore,

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leafbus/leafbus/core"
-	"github.com/leafbus/leafbus/httpapi"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
 )
@@ -89,8 +88,8 @@ func monotonicState(m *monotonic.Manager) func() metrics.Monotonic {
 // withMarks makes /readyz wait for the monotonic marks as Ready does: until they are
 // loaded no segment tag can be served (it is not known which are monotonic), so the tags
 // count as not loaded.
-func (d *Dispenser) withMarks(r httpapi.Readiness) httpapi.Readiness {
-	return httpapi.ReadinessFunc(func() httpapi.Health {
+func (d *Dispenser) withMarks(r core.Readiness) core.Readiness {
+	return core.ReadinessFunc(func() core.Health {
 		h := r.Health()
 		select {
 		case <-d.mono.Ready():

@@ -136,8 +136,8 @@ func TestReadyzSaturated(t *testing.T) {
 	cfg := httpapi.DefaultConfig()
 	cfg.Core = coreOf(t, func(c *core.Config) { c.Segments = segs })
 	cfg.MaxInFlight = 1
-	cfg.Readiness = httpapi.ReadinessFunc(func() httpapi.Health {
-		return httpapi.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
+	cfg.Readiness = core.ReadinessFunc(func() core.Health {
+		return core.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
 	})
 	_, addr := startServer(t, cfg)
 	url := "http://" + addr

@@ -31,8 +31,8 @@ func TestConnCap(t *testing.T) {
 	cfg.Core = coreOf(t, func(c *core.Config) { c.Segments, c.WaitMax = segs, 10*time.Second })
 	cfg.MaxConns, cfg.Metrics = 3, m
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testutil.LogWriter(t)), nil))
-	cfg.Readiness = httpapi.ReadinessFunc(func() httpapi.Health {
-		return httpapi.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
+	cfg.Readiness = core.ReadinessFunc(func() core.Health {
+		return core.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
 	})
 	_, addr := startServer(t, cfg)
 	url := "http://" + addr

@@ -12,7 +12,6 @@ import (
 
 	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
-	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 )
 
@@ -22,7 +21,7 @@ type Core interface {
 	MaxBatch() int
 	WaitMax() time.Duration
 	Get(ctx context.Context, r core.Request, dst []int64) core.Answer
-	Layout() snowflake.Layout
+	Layout() core.Layout
 }
 
 var _ Core = (*core.Core)(nil)

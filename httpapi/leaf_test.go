@@ -41,7 +41,7 @@ func leafServer(tb testing.TB, loc *time.Location) string {
 	cfg := httpapi.DefaultConfig()
 	cfg.Core = coreOf(tb, func(c *core.Config) { c.Segments, c.Snowflakes = segs, sf })
 	cfg.Location = loc
-	cfg.Status.Sources.SegmentTags = httpapi.SegmentState(segs)
+	cfg.Status.Sources.SegmentTags = core.SegmentState(segs)
 	cfg.Status.Rows = store
 	_, addr := startServer(tb, cfg)
 	return addr

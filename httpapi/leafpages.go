@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
-	"github.com/leafbus/leafbus/segment"
 )
 
 // Leaf's monitor pages, /cache and /db (LeafMonitorController), as plain HTML tables
@@ -60,8 +60,8 @@ func (s *Server) serveDB(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot read the segment store: %v", err))
 		return
 	}
-	rows = slices.DeleteFunc(rows, func(t segment.Tag) bool { return s.hides(t.Name) })
-	slices.SortFunc(rows, func(a, b segment.Tag) int { return cmp.Compare(a.Name, b.Name) })
+	rows = slices.DeleteFunc(rows, func(t core.TagRow) bool { return s.hides(t.Name) })
+	slices.SortFunc(rows, func(a, b core.TagRow) int { return cmp.Compare(a.Name, b.Name) })
 	b := leafPageStart("tag", "max", "step", "update")
 	for _, t := range rows {
 		update := ""

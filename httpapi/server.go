@@ -36,6 +36,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
 )
 
@@ -65,7 +66,7 @@ type Config struct {
 	Location *time.Location
 	Metrics  Metrics // /metrics and the request counters; nil: /metrics is 404
 
-	Readiness Readiness // /readyz; nil: never ready
+	Readiness core.Readiness // /readyz; nil: never ready
 	// BeatMaxAge is how old the last clock record may be for /readyz (heartbeat fresh);
 	// ClockBehindMax how far the clock may read behind its highest reading (the step the
 	// snowflake generator waits out).
@@ -108,8 +109,8 @@ type Config struct {
 // DefaultConfig is the protocol's defaults and limits that keep slow clients cheap.
 func DefaultConfig() Config {
 	return Config{
-		BeatMaxAge:        10 * time.Second,
-		ClockBehindMax:    5 * time.Millisecond,
+		BeatMaxAge:        core.DefaultReadyBounds().BeatMaxAge,
+		ClockBehindMax:    core.DefaultReadyBounds().ClockBehindMax,
 		MaxInFlight:       256,
 		MaxConns:          DefaultMaxConns,
 		MaxAnswerBytes:    32 << 20,

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
-	"github.com/leafbus/leafbus/segment"
 )
 
 // Status is what the status page shows, besides the server's own figures.
@@ -49,7 +49,7 @@ type Status struct {
 
 // TagRows reads the segment store's rows (segment.Store has it).
 type TagRows interface {
-	Tags(ctx context.Context) ([]segment.Tag, error)
+	Tags(ctx context.Context) ([]core.TagRow, error)
 }
 
 // Peer is one dispenser found by discovery.
@@ -151,7 +151,7 @@ type pageData struct {
 
 // statusRow is a store row with its range.
 type statusRow struct {
-	segment.Tag
+	core.TagRow
 	Range string
 }
 
@@ -248,11 +248,11 @@ func (s *Server) rows(ctx context.Context) ([]statusRow, int, string) {
 	if err != nil {
 		return nil, 0, oneLine(err.Error())
 	}
-	rows = slices.DeleteFunc(rows, func(t segment.Tag) bool { return s.hides(t.Name) })
-	slices.SortFunc(rows, func(a, b segment.Tag) int { return cmp.Compare(a.Name, b.Name) })
+	rows = slices.DeleteFunc(rows, func(t core.TagRow) bool { return s.hides(t.Name) })
+	slices.SortFunc(rows, func(a, b core.TagRow) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]statusRow, 0, min(len(rows), s.cfg.Status.MaxTags))
 	for _, t := range rows[:min(len(rows), s.cfg.Status.MaxTags)] {
-		row := statusRow{Tag: t}
+		row := statusRow{TagRow: t}
 		if f := s.cfg.Status.TagRange; f != nil {
 			row.Range = f(t.Name)
 		}

@@ -154,8 +154,8 @@ func statusServer(tb testing.TB) (addr string) {
 	cfg := httpapi.DefaultConfig()
 	cfg.Core = coreOf(tb, func(c *core.Config) { c.Segments, c.Snowflakes = segs, sf })
 	cfg.Version, cfg.Metrics = "1.4.0", m
-	cfg.Readiness = httpapi.ReadinessFunc(func() httpapi.Health {
-		return httpapi.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
+	cfg.Readiness = core.ReadinessFunc(func() core.Health {
+		return core.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: time.Now()}
 	})
 	cfg.Status = httpapi.Status{
 		NodeID: "dispenser-1", Prefix: "leaf", NATS: "nats://127.0.0.1:4222", SegmentStore: "kv",

@@ -90,7 +90,9 @@ type Generator struct {
 type suspension struct{ err error }
 
 const (
-	defaultMaxBackwardWait = 5 * time.Millisecond
+	// DefaultMaxBackwardWait is the clock step back that Fill waits out (twice it, as Leaf
+	// does) rather than refusing: Config.MaxBackwardWait when zero.
+	DefaultMaxBackwardWait = 5 * time.Millisecond
 	// maxBackwardWaitLimit bounds MaxBackwardWait because the wait (twice the step) stalls
 	// every caller that meets the step, and the NATS service calls on its delivery goroutine.
 	maxBackwardWaitLimit = time.Second
@@ -149,7 +151,7 @@ func New(cfg Config) (*Generator, error) {
 		g.rand = rand.IntN
 	}
 	if g.maxBackWait == 0 {
-		g.maxBackWait = defaultMaxBackwardWait
+		g.maxBackWait = DefaultMaxBackwardWait
 	}
 	g.maxBack = int64(g.maxBackWait / time.Millisecond)
 	return g, nil

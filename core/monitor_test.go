@@ -1,13 +1,14 @@
-package httpapi_test
+package core_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/leafbus/leafbus/httpapi"
+	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/pools"
 	"github.com/leafbus/leafbus/segment"
+	"github.com/leafbus/leafbus/snowflake"
 	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
 )
@@ -26,7 +27,7 @@ func (f fakeTagStats) TagStats() []segment.TagStats { return f }
 
 func TestSegmentState(t *testing.T) {
 	last := time.Unix(1_763_792_399, 0)
-	got := httpapi.SegmentState(fakeTagStats{{
+	got := core.SegmentState(fakeTagStats{{
 		Tag: "orders", Current: segment.Window{Value: 5, Max: 11, Step: 10}, Next: segment.Window{Value: 11, Max: 31, Step: 20},
 		NextReady: true, Step: 20, Issued: 4, Loads: 2, LoadErrors: 1, LoadTime: 1500 * time.Millisecond,
 		LastLoad: last, LastError: "boom",
@@ -38,7 +39,7 @@ func TestSegmentState(t *testing.T) {
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("SegmentState = %+v\nwant [%+v]", got, want)
 	}
-	if got := httpapi.SegmentState(nil)(); got != nil {
+	if got := core.SegmentState(nil)(); got != nil {
 		t.Errorf("SegmentState(nil) = %+v, want nil", got)
 	}
 }
@@ -61,7 +62,7 @@ func TestSnowflakeState(t *testing.T) {
 		{"Lost", workerid.HeartbeatStats{Suspended: true, LeaseLost: true}, metrics.LeaseLost},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := httpapi.SnowflakeState(gen, fakeHeartbeat(c.hb), "kv", 30*time.Second)()
+			got, ok := core.SnowflakeState(gen, fakeHeartbeat(c.hb), "kv", 30*time.Second)()
 			if !ok || got.Lease != c.want || got.WorkerID != 12 || got.Registry != "kv" || got.LeaseTTL != 30*time.Second {
 				t.Fatalf("SnowflakeState = %+v, %v, want worker 12 from kv, lease %s, TTL 30s", got, ok, c.want)
 			}
@@ -70,7 +71,7 @@ func TestSnowflakeState(t *testing.T) {
 			}
 		})
 	}
-	if _, ok := httpapi.SnowflakeState(nil, nil, "kv", 0)(); ok {
+	if _, ok := core.SnowflakeState(nil, nil, "kv", 0)(); ok {
 		t.Error("SnowflakeState without a generator says it has a worker")
 	}
 }
@@ -85,7 +86,7 @@ func TestPoolState(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream := fakeStream{{Kind: "segment", Tag: "etl", Size: 10000, Depth: 8, Stored: 5}}
-	got := httpapi.PoolState(batches, stream)()
+	got := core.PoolState(batches, stream)()
 	want := []metrics.Pool{
 		{Kind: "snowflake", Tag: "bulk", Where: "replies", Size: 100, Depth: 4, Ready: 0},
 		{Kind: "segment", Tag: "etl", Where: "stream", Size: 10000, Depth: 8, Ready: 5},
@@ -93,7 +94,7 @@ func TestPoolState(t *testing.T) {
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("PoolState = %+v, want %+v", got, want)
 	}
-	if got := httpapi.PoolState(nil, nil)(); len(got) != 0 {
+	if got := core.PoolState(nil, nil)(); len(got) != 0 {
 		t.Errorf("PoolState(nil, nil) = %v, want none", got)
 	}
 }
@@ -109,12 +110,26 @@ func TestHealthOf(t *testing.T) {
 	}
 	clock.Add(-7 * time.Millisecond)
 	beat := time.Now()
-	h := httpapi.HealthOf(fakeSegments{Ready: true}, gen, fakeHeartbeat{LastSuccess: beat, SuspendReason: "x"}).Health()
-	want := httpapi.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: beat, Suspended: "x", ClockBehind: 7 * time.Millisecond}
+	h := core.HealthOf(fakeSegments{Ready: true}, gen, fakeHeartbeat{LastSuccess: beat, SuspendReason: "x"}).Health()
+	want := core.Health{TagsLoaded: true, WorkerIDHeld: true, LastBeat: beat, Suspended: "x", ClockBehind: 7 * time.Millisecond}
 	if h != want {
 		t.Errorf("HealthOf = %+v, want %+v", h, want)
 	}
-	if h := httpapi.HealthOf(fakeSegments{}, nil, fakeHeartbeat{LeaseLost: true}).Health(); h.TagsLoaded || h.WorkerIDHeld {
+	if h := core.HealthOf(fakeSegments{}, nil, fakeHeartbeat{LeaseLost: true}).Health(); h.TagsLoaded || h.WorkerIDHeld {
 		t.Errorf("HealthOf of a node starting with a lost lease = %+v, want neither tags nor worker ID", h)
 	}
+}
+
+// sfTime is where the fake clock of newSnowflakes stands.
+var sfTime = time.UnixMilli(1_763_792_400_123)
+
+// newSnowflakes returns a snowflake generator with worker ID worker on a fake clock.
+func newSnowflakes(tb testing.TB, worker int64) (*snowflake.Generator, *snowflake.FakeClock) {
+	tb.Helper()
+	clock := snowflake.NewFakeClock(sfTime)
+	gen, err := snowflake.New(snowflake.Config{WorkerID: worker, Clock: clock, DenseSequence: true})
+	if err != nil {
+		tb.Fatalf("snowflake.New: %v", err)
+	}
+	return gen, clock
 }

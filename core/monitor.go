@@ -1,4 +1,4 @@
-package httpapi
+package core
 
 import (
 	"time"
@@ -11,8 +11,9 @@ import (
 )
 
 // The adapters below turn the dispenser's parts into the snapshots /metrics, the status
-// page and /readyz read, so that the dispenser's wiring is one line per source. Each
-// takes the parts through the small interfaces their Stats methods satisfy.
+// page and /readyz read (the faces take them from the core, and import no source), so
+// that the dispenser's wiring is one line per source. Each takes the parts through the
+// small interfaces their Stats methods satisfy.
 
 // SnowflakeStats is what *snowflake.Generator offers for monitoring.
 type SnowflakeStats interface {
