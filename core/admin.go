@@ -20,8 +20,8 @@ type TagStore interface {
 	UpdateTag(ctx context.Context, u segment.TagUpdate) (segment.Tag, error)
 }
 
-// TagRanges keeps the tags' ranges for the admin calls (package monotonic's Manager,
-// through the dispenser, which also writes them to the deployment record). SetRange
+// TagRanges keeps the tags' ranges for the admin calls (package monotonic's Manager;
+// the core writes them to the deployment record too, Config.Record). SetRange
 // returns once every dispenser serves the tag with r, and refuses while one of them
 // does not know ranges.
 type TagRanges interface {
@@ -116,7 +116,7 @@ func (c *Core) AddTag(ctx context.Context, r wire.AddTagRequest) (wire.TagInfo, 
 		return info, nil
 	}
 	on := r.Monotonic != nil && *r.Monotonic
-	if err := c.cfg.Monotonic.SetMonotonic(ctx, info.Tag, on); err != nil {
+	if err := c.setMonotonic(ctx, info.Tag, on); err != nil {
 		return wire.TagInfo{}, fmt.Errorf("tag %q was added, but its monotonic mark was not written (retry with tags.update): %w", info.Tag, err)
 	}
 	info.Monotonic = on
@@ -183,7 +183,7 @@ func (c *Core) addedRange(ctx context.Context, r wire.AddTagRequest, t segment.T
 	case !errors.Is(err, segment.ErrTagNotFound):
 		return want, fmt.Errorf("add tag %q: %w", r.Tag, err)
 	}
-	if err := c.cfg.TagRanges.SetRange(ctx, r.Tag, want); err != nil {
+	if err := c.setRange(ctx, r.Tag, want); err != nil {
 		return want, fmt.Errorf("add tag %q: its range %s was not set, and the tag was not added: %w", r.Tag, want, err)
 	}
 	c.log.Info("tag range set", "tag", r.Tag, "range", want)
@@ -255,7 +255,7 @@ func (c *Core) UpdateTag(ctx context.Context, r wire.UpdateTagRequest) (wire.Tag
 	info := TagInfo(t)
 	setRange(&info, cur)
 	if next != cur {
-		if err := c.cfg.TagRanges.SetRange(ctx, t.Name, next); err != nil {
+		if err := c.setRange(ctx, t.Name, next); err != nil {
 			return wire.TagInfo{}, fmt.Errorf("update tag %q: its range was not changed: %w", r.Tag, err)
 		}
 		c.log.Info("tag range changed", "tag", t.Name, "from", cur, "to", next)
@@ -334,7 +334,7 @@ func (c *Core) markUpdated(ctx context.Context, info *wire.TagInfo, want *bool) 
 		return nil
 	}
 	if want != nil {
-		if err := c.cfg.Monotonic.SetMonotonic(ctx, info.Tag, *want); err != nil {
+		if err := c.setMonotonic(ctx, info.Tag, *want); err != nil {
 			return fmt.Errorf("update tag %q: %w", info.Tag, err)
 		}
 		info.Monotonic = *want

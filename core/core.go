@@ -75,6 +75,9 @@ type Config struct {
 	// the admin calls set ranges; nil: they refuse to (and then Shaper may be nil).
 	Shaper    *Shaper
 	TagRanges TagRanges
+	// Record is the deployment record, where the admin calls write a mark or a range
+	// too (record.go says in which order); nil: none.
+	Record Record
 
 	// WaitMax bounds how long a request waits (for a segment being loaded, the marks,
 	// a monotonic leader, a suspended snowflake generator); MaxWaiting bounds how many

@@ -251,9 +251,10 @@ func (d *Dispenser) newCore(context.Context) (err error) {
 	cc.Layout = cfg.Layout()
 	cc.Segments = d.segments
 	cc.Snowflakes = d.snowflakes
-	cc.Monotonic = d.recordedMarks() // deployment.go: the record follows a mark
+	cc.Monotonic = d.mono
+	cc.Record = deploymentRecord{d} // deployment.go: the record follows a mark and a range
 	cc.Tags = d.store
-	cc.Shaper, cc.TagRanges = d.shaper, d.recordedMarks() // and a range
+	cc.Shaper, cc.TagRanges = d.shaper, d.mono
 	if len(cfg.Pools) > 0 {
 		cc.Batches = d.batches
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/leafbus/leafbus/deployment"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
+	"github.com/leafbus/leafbus/opaque"
 	"github.com/leafbus/leafbus/segment"
 	"github.com/leafbus/leafbus/wire"
 	"github.com/leafbus/leafbus/workerid"
@@ -25,7 +26,7 @@ import (
 // dispenser of a deployment writes the record; every other refuses to start when it
 // does not fit it. While Run runs, the record is read again every few seconds
 // (watchDeployment) and a dispenser that no longer fits it stops. The record's
-// monotonic tags follow the admin API (recordedMarks), and a mark the record holds but
+// monotonic tags follow the admin API (core.Record, deploymentRecord), and a mark the record holds but
 // the monotonic package lost is written again before it could be served as an ordinary
 // tag (restoreMonotonicMarks).
 
@@ -71,6 +72,12 @@ func (d *Dispenser) checkDeployment(ctx context.Context) error {
 		return err
 	}
 	d.records, d.own, d.deployed = records, own, e
+	// No key, no serving, as soon as the record says so: before a worker ID is taken
+	// and the clock waited for (restoreRanges checks again, against the tags' own
+	// options too, once they are loaded).
+	if diff, ok := d.keyDifference(e.Record.TagRanges, nil); ok {
+		return fmt.Errorf("refusing to start: %w", &deployment.MismatchError{Bucket: records.Bucket(), Record: e.Record, Differences: []deployment.Difference{diff}})
+	}
 	d.watch = &deployment.Watch{
 		Records: records, Own: own, Node: d.cfg.NodeID, Last: e,
 		Every: d.opts.deploymentEvery, Now: d.clock.Now,
@@ -195,7 +202,10 @@ func (d *Dispenser) addOwnRanges(ctx context.Context, rec wire.Deployment, opts 
 // another key than this dispenser's, or this one has none. No key, no serving: such a
 // dispenser would join the queue group and answer 503 for those tags.
 func (d *Dispenser) keyDifference(ranges []wire.DeployedRange, opts map[string]monotonic.Options) (deployment.Difference, bool) {
-	mine := d.shaper.Fingerprint()
+	mine := ""
+	if d.idKey != nil {
+		mine = opaque.Fingerprint(d.idKey)
+	}
 	keys := map[string][]string{} // fingerprint: tags
 	for _, r := range ranges {
 		if r.Opaque && r.Key != mine {
@@ -321,57 +331,17 @@ func (d *Dispenser) remarkMonotonic(ctx context.Context, rec wire.Deployment) {
 	}
 }
 
-// recordedMarks is the monotonic Manager as the service's admin subjects use it: a tag
-// marked through leaf.admin.tags.add/.update is also added to the record, and one
-// unmarked is taken out of it first, so that a failure between the two writes leaves
-// the tag marked in one of them, and so marked for every dispenser's next start.
-func (d *Dispenser) recordedMarks() recordedMarks {
-	return recordedMarks{Manager: d.mono, d: d}
+// deploymentRecord is the deployment record as core's admin calls write a mark or a
+// range to it (core.Record), stamped with this node and the time; core says in which
+// order against the marks and ranges themselves.
+type deploymentRecord struct{ d *Dispenser }
+
+func (r deploymentRecord) SetMonotonic(ctx context.Context, tag string, on bool) error {
+	return deployment.SetMonotonic(ctx, r.d.records, tag, on, r.d.cfg.NodeID, r.d.clock.Now())
 }
 
-type recordedMarks struct {
-	*monotonic.Manager
-	d *Dispenser
-}
-
-// SetMonotonic writes the mark and the record.
-func (m recordedMarks) SetMonotonic(ctx context.Context, tag string, on bool) error {
-	if on {
-		if err := m.Manager.SetMonotonic(ctx, tag, true); err != nil {
-			return err
-		}
-		return m.record(ctx, tag, true)
-	}
-	if err := m.record(ctx, tag, false); err != nil {
-		return err
-	}
-	return m.Manager.SetMonotonic(ctx, tag, false)
-}
-
-// SetRange writes a tag's range to the record first, then to <prefix>_tagopts (which
-// waits until every dispenser serves it): the record is how a dispenser that remembers
-// nothing learns the range of an opaque tag whose value was lost, so it must never lack
-// one that is served. Nothing is written while a dispenser knows no ranges.
-func (m recordedMarks) SetRange(ctx context.Context, tag string, r wire.TagRange) error {
-	if err := m.Manager.RangesKnown(ctx); err != nil {
-		return err
-	}
-	err := deployment.SetRange(ctx, m.d.records, tag, r, m.d.cfg.NodeID, m.d.clock.Now())
-	switch {
-	case errors.Is(err, deployment.ErrRangeFixed):
-		return fmt.Errorf("%w: %w", wire.ErrConflict, err)
-	case err != nil:
-		return fmt.Errorf("%w: tag %q: the deployment record's tag ranges were not updated (retry): %w", wire.ErrUnavailable, tag, err)
-	}
-	return m.Manager.SetRange(ctx, tag, r)
-}
-
-func (m recordedMarks) record(ctx context.Context, tag string, on bool) error {
-	err := deployment.SetMonotonic(ctx, m.d.records, tag, on, m.d.cfg.NodeID, m.d.clock.Now())
-	if err != nil {
-		return fmt.Errorf("%w: tag %q: the deployment record's monotonic tags were not updated (retry): %w", wire.ErrUnavailable, tag, err)
-	}
-	return nil
+func (r deploymentRecord) SetRange(ctx context.Context, tag string, rng wire.TagRange) error {
+	return deployment.SetRange(ctx, r.d.records, tag, rng, r.d.cfg.NodeID, r.d.clock.Now())
 }
 
 // deploymentProblems is what is wrong with the deployment record for this running
