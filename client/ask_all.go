@@ -51,6 +51,9 @@ type AskAll struct {
 	// come, from Do's goroutine: one it refuses is counted in Answers.Skipped and not
 	// kept, nor counted towards MaxAnswers.
 	Keep func(*nats.Msg) bool
+	// Own, when set, says which answer is the asker's own (its node's, on a subject its
+	// node answers too): kept, but like one not kept it does not start the quiet time.
+	Own func(*nats.Msg) bool
 }
 
 // AskAll defaults. A deployment has at most 1,024 worker IDs (Leaf's layout), so 1,024
@@ -154,6 +157,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 		return Answers{}, fmt.Errorf("ask %s: %w", req.Subject, err)
 	}
 	var got Answers
+	quiet := false // an answer that starts the quiet time came
 	end := func(err error) (Answers, error) {
 		if n, derr := sub.Dropped(); derr == nil {
 			got.Lost = n
@@ -165,7 +169,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 	}
 	for {
 		var m *nats.Msg
-		if len(got.Msgs) == 0 {
+		if !quiet {
 			m, err = sub.NextMsgWithContext(wctx)
 		} else {
 			// Bounded by the window too: a stream of answers cannot hold the ask open.
@@ -203,6 +207,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 			got.Skipped++
 			continue
 		}
+		quiet = quiet || a.Own == nil || !a.Own(m)
 		got.Msgs = append(got.Msgs, m)
 		got.After = append(got.After, time.Since(sent))
 		if len(got.Msgs) == a.MaxAnswers {

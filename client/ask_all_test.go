@@ -136,6 +136,13 @@ func TestAskAll(t *testing.T) {
 			t.Fatalf("Do = %d answers, skipped %d, %v; want the peer's, 300ms after the refused one, kept", len(got.Msgs), got.Skipped, err)
 		}
 	})
+	t.Run("OK/the asker's own answer, kept, does not start the quiet time", func(t *testing.T) {
+		own := func(m *nats.Msg) bool { return string(m.Data) == "self" }
+		got, err, _ := askAll(t, nc, client.AskAll{Prefix: "leaf", Window: 20 * time.Second, Quiet: 100 * time.Millisecond, Own: own}, "leaf.late")
+		if err != nil || len(got.Msgs) != 2 || string(got.Msgs[0].Data) != "self" || string(got.Msgs[1].Data) != "peer" {
+			t.Fatalf("Do = %d answers, %v; want its own and the peer's, 300ms later", len(got.Msgs), err)
+		}
+	})
 	t.Run("Bounded/window", func(t *testing.T) {
 		got, err, took := askAll(t, nc, client.AskAll{Prefix: "leaf", Window: 300 * time.Millisecond, Quiet: 200 * time.Millisecond}, "rogue.stream")
 		if err != nil || len(got.Msgs) == 0 {
