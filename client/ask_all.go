@@ -23,8 +23,11 @@ import (
 //     Where the asker knows which answers it wants (Keep), only those count: a flood of
 //     answers it would ignore is read and counted, and cannot push out the ones it wants;
 //   - an answer longer than MaxBytes (body and headers) is dropped and counted;
-//   - the whole ask takes at most Window, and once an answer came, Quiet without another
-//     ends it (dispensers answer within milliseconds, and together);
+//   - the whole ask takes at most Window, and once an answer it keeps came, Quiet without
+//     another ends it (dispensers answer within milliseconds, and together). An answer
+//     it does not keep (too long, or refused by Keep: the asker's own, a stranger's)
+//     does not start the quiet time, so that the asker's own answer, always the first,
+//     cannot end the ask before its peers' answers come on a busy machine;
 //   - answers that arrive faster than they are read queue up to twice MaxAnswers x
 //     MaxBytes bytes (64 MB at most) in the subscription; more are dropped by nats.go
 //     and counted in Answers.Lost.
@@ -42,12 +45,15 @@ type AskAll struct {
 	// MaxBytes bounds one answer, its body and headers (0: DefaultAskMaxBytes).
 	MaxBytes int
 	// Window bounds the whole ask (0: DefaultAskWindow); Quiet is how long without an
-	// answer ends it once one came (0: DefaultAskQuiet).
+	// answer ends it once one was kept (0: DefaultAskQuiet).
 	Window, Quiet time.Duration
 	// Keep, when set, is asked about every answer within MaxBytes, in the order they
 	// come, from Do's goroutine: one it refuses is counted in Answers.Skipped and not
 	// kept, nor counted towards MaxAnswers.
 	Keep func(*nats.Msg) bool
+	// Own, when set, says which answer is the asker's own (its node's, on a subject its
+	// node answers too): kept, but like one not kept it does not start the quiet time.
+	Own func(*nats.Msg) bool
 }
 
 // AskAll defaults. A deployment has at most 1,024 worker IDs (Leaf's layout), so 1,024
@@ -151,6 +157,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 		return Answers{}, fmt.Errorf("ask %s: %w", req.Subject, err)
 	}
 	var got Answers
+	quiet := false // an answer that starts the quiet time came
 	end := func(err error) (Answers, error) {
 		if n, derr := sub.Dropped(); derr == nil {
 			got.Lost = n
@@ -162,7 +169,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 	}
 	for {
 		var m *nats.Msg
-		if len(got.Msgs) == 0 && got.TooLong == 0 && got.Skipped == 0 {
+		if !quiet {
 			m, err = sub.NextMsgWithContext(wctx)
 		} else {
 			// Bounded by the window too: a stream of answers cannot hold the ask open.
@@ -200,6 +207,7 @@ func (a AskAll) Do(ctx context.Context, nc *nats.Conn, req *nats.Msg) (Answers, 
 			got.Skipped++
 			continue
 		}
+		quiet = quiet || a.Own == nil || !a.Own(m)
 		got.Msgs = append(got.Msgs, m)
 		got.After = append(got.After, time.Since(sent))
 		if len(got.Msgs) == a.MaxAnswers {

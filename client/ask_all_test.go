@@ -63,6 +63,19 @@ func TestAskAll(t *testing.T) {
 		}
 		return []byte("fake")
 	})
+	// The asker's own answer at once, a peer's 300 ms later (a busy machine).
+	self, late := ns.Connect(t), ns.Connect(t)
+	responder(t, self, "leaf.late", 1, func(int) []byte { return []byte("self") })
+	lateSub, err := late.Subscribe("leaf.late", func(m *nats.Msg) {
+		time.AfterFunc(300*time.Millisecond, func() { _ = late.Publish(m.Reply, []byte("peer")) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lateSub.Unsubscribe() })
+	if err := late.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	// Answers that never stop coming.
 	stream := ns.Connect(t)
 	sub, err := stream.Subscribe("rogue.stream", func(m *nats.Msg) {
@@ -114,6 +127,20 @@ func TestAskAll(t *testing.T) {
 		if err != nil || len(got.Msgs) != 1 || string(got.Msgs[0].Data) != "dispenser" || got.More || got.Skipped+got.Lost != 2000 {
 			t.Fatalf("Do = %d answers, more %v, skipped %d, lost %d, %v; want the dispenser's alone, 2,000 skipped or lost, nil",
 				len(got.Msgs), got.More, got.Skipped, got.Lost, err)
+		}
+	})
+	t.Run("OK/an answer Keep refuses does not start the quiet time", func(t *testing.T) {
+		keep := func(m *nats.Msg) bool { return string(m.Data) != "self" }
+		got, err, _ := askAll(t, nc, client.AskAll{Prefix: "leaf", Window: 20 * time.Second, Quiet: 100 * time.Millisecond, Keep: keep}, "leaf.late")
+		if err != nil || len(got.Msgs) != 1 || string(got.Msgs[0].Data) != "peer" || got.Skipped != 1 {
+			t.Fatalf("Do = %d answers, skipped %d, %v; want the peer's, 300ms after the refused one, kept", len(got.Msgs), got.Skipped, err)
+		}
+	})
+	t.Run("OK/the asker's own answer, kept, does not start the quiet time", func(t *testing.T) {
+		own := func(m *nats.Msg) bool { return string(m.Data) == "self" }
+		got, err, _ := askAll(t, nc, client.AskAll{Prefix: "leaf", Window: 20 * time.Second, Quiet: 100 * time.Millisecond, Own: own}, "leaf.late")
+		if err != nil || len(got.Msgs) != 2 || string(got.Msgs[0].Data) != "self" || string(got.Msgs[1].Data) != "peer" {
+			t.Fatalf("Do = %d answers, %v; want its own and the peer's, 300ms later", len(got.Msgs), err)
 		}
 	})
 	t.Run("Bounded/window", func(t *testing.T) {

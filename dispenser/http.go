@@ -78,7 +78,7 @@ func (d *Dispenser) startHTTP(context.Context) error {
 			// A --nats URL may carry a user and password: the page shows none.
 			NodeID: cfg.NodeID, Prefix: cfg.Prefix, NATS: client.RedactURLs(d.clientURL), SegmentStore: cfg.SegmentStore,
 			Sources:  d.sources(),
-			Cluster:  httpapi.Discover(d.nc, cfg.Prefix),
+			Cluster:  httpapi.Discover(d.nc, cfg.Prefix, cfg.NodeID),
 			TagRange: d.describeRange,
 			Rows:     d.store, // the store's rows (leaf_alloc with MySQL), as Leaf's /db page shows them
 			Opaque:   d.opaqueTag,

@@ -39,8 +39,10 @@ const (
 // are joined on the node ID. A dispenser whose INFO has no node_id shows twice, once
 // per answer. Each call asks with client.AskAll's bounds (at most 1,024 answers of each,
 // for at most half a second, ended by 100 ms without an answer) and cuts every text an
-// answer holds to 64 bytes; when answers were left out, the error says how many.
-func Discover(nc *nats.Conn, prefix string) func(ctx context.Context) ([]Peer, error) {
+// answer holds to 64 bytes; when answers were left out, the error says how many. self
+// is this node's node ID ("": none): its own answers, the first to come, do not start
+// the quiet time, or on a busy machine the others' came too late to be listed.
+func Discover(nc *nats.Conn, prefix, self string) func(ctx context.Context) ([]Peer, error) {
 	sub := wire.Subjects{Prefix: prefix}
 	return func(ctx context.Context) ([]Peer, error) {
 		infoSubject, err := micro.ControlSubject(micro.InfoVerb, sub.Service(), "")
@@ -56,11 +58,18 @@ func Discover(nc *nats.Conn, prefix string) func(ctx context.Context) ([]Peer, e
 		wg.Go(func() {
 			a := ask
 			a.MaxBytes = discoverInfoBytes
+			a.Own = func(m *nats.Msg) bool {
+				var info struct {
+					Metadata map[string]string `json:"metadata"`
+				}
+				return self != "" && json.Unmarshal(m.Data, &info) == nil && info.Metadata[wire.MetaNodeID] == self
+			}
 			infos, infoErr = a.Do(ctx, nc, nats.NewMsg(infoSubject))
 		})
 		wg.Go(func() {
 			a := ask
 			a.MaxBytes = discoverTimeBytes
+			a.Own = func(m *nats.Msg) bool { return self != "" && m.Header.Get(wire.NodeIDHeader) == self }
 			clocks, timeErr = a.Do(ctx, nc, nats.NewMsg(sub.Time()))
 		})
 		wg.Wait()

@@ -51,7 +51,7 @@ func TestDiscover(t *testing.T) {
 	nc := srv.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if peers, err := httpapi.Discover(nc, "leaf")(ctx); err != nil || len(peers) != 0 {
+	if peers, err := httpapi.Discover(nc, "leaf", "")(ctx); err != nil || len(peers) != 0 {
 		t.Fatalf("Discover with no dispenser = %v, %v, want none and no error", peers, err)
 	}
 
@@ -60,7 +60,7 @@ func TestDiscover(t *testing.T) {
 	fakeDispenser(t, srv.Connect(t), map[string]string{"node_id": "d2", "worker_id": "7"}, "d2", t2)
 	fakeDispenser(t, srv.Connect(t), map[string]string{"worker_id": "9"}, "", time.Time{})
 
-	peers, err := httpapi.Discover(nc, "leaf")(ctx)
+	peers, err := httpapi.Discover(nc, "leaf", "")(ctx)
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
@@ -112,7 +112,7 @@ func TestDiscoverRogue(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	peers, err := httpapi.Discover(srv.Connect(t), "leaf")(ctx)
+	peers, err := httpapi.Discover(srv.Connect(t), "leaf", "")(ctx)
 	if len(peers) == 0 || len(peers) > 2*client.DefaultAskMaxAnswers {
 		t.Fatalf("Discover beside 10,000 fakes: %d peers, want some and at most %d", len(peers), 2*client.DefaultAskMaxAnswers)
 	}

@@ -220,8 +220,16 @@ func (w *peerRanges) start() (stop func()) {
 
 // askPeers is how the peer checks ask $SRV.INFO.<service>: client.AskAll's bounds (at
 // most 1,024 answers of 16 KB), collected for up to peerWindow, peerQuiet after the last.
-func askPeers(ctx context.Context, nc *nats.Conn, service, subject string) (client.Answers, error) {
-	return client.AskAll{Prefix: service, Window: peerWindow, Quiet: peerQuiet}.Do(ctx, nc, nats.NewMsg(subject))
+// The answer of instance self (this node's own, "": none) and those that are no
+// $SRV.INFO are not kept: this node's own answer comes first, and it must not start the
+// quiet time that ends the wait for the peers' (on a busy machine they came too late,
+// and a start's range check saw no peer).
+func askPeers(ctx context.Context, nc *nats.Conn, service, subject, self string) (client.Answers, error) {
+	keep := func(m *nats.Msg) bool {
+		p, err := parsePeer(m.Data)
+		return err == nil && (self == "" || p.instance != self)
+	}
+	return client.AskAll{Prefix: service, Window: peerWindow, Quiet: peerQuiet, Keep: keep}.Do(ctx, nc, nats.NewMsg(subject))
 }
 
 // run asks $SRV.INFO.<service> at once and then every Every, and warns about the peers
@@ -237,7 +245,11 @@ func (w *peerRanges) run(ctx context.Context) {
 	tick := time.NewTicker(w.cfg.Every)
 	defer tick.Stop()
 	for {
-		answers, err := askPeers(ctx, w.cfg.Conn, w.cfg.Service, subject)
+		self := ""
+		if w.cfg.Self != nil {
+			self = w.cfg.Self()
+		}
+		answers, err := askPeers(ctx, w.cfg.Conn, w.cfg.Service, subject, self)
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			// Asking again would only repeat the server's refusal every check.
 			w.log.Warn("peer range check off: this node's NATS user may not ask its peers, so a peer with an overlapping worker-ID range goes unnoticed; allow it to publish to "+subject,
@@ -364,7 +376,7 @@ func CheckPeerLayouts(ctx context.Context, nc *nats.Conn, service, layout, self 
 	if err != nil {
 		return err
 	}
-	answers, err := askPeers(ctx, nc, service, subject)
+	answers, err := askPeers(ctx, nc, service, subject, self)
 	if err != nil && ctx.Err() != nil {
 		return err
 	}

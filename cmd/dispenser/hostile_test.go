@@ -182,9 +182,9 @@ func TestBinaryConnectionFlood(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	dataDir := t.TempDir()
 	b := startBinaryLimited(t, dataDir, 2048, "--http", httpAddr)
-	if !strings.Contains(b.stderr.String(), "--http-max-conns 4096 lowered to 1024: the open file limit is 2048") {
-		t.Errorf("no line about the cap lowered to fit the file limit in:\n%s", b.stderr.String())
-	}
+	// The ready line comes on stdout: stderr's lines before it may still be on their way
+	// through the pipe into b.stderr.
+	b.stderr.WaitLine(t, 20*time.Second, "--http-max-conns 4096 lowered to 1024: the open file limit is 2048")
 	rssBefore := rssMB(t, b.cmd.Process.Pid)
 	cache := filepath.Join(dataDir, "leaf-workerid-bin-test.json") // the worker-ID cache file (--node-id bin-test)
 	if _, err := os.Stat(cache); err != nil {
@@ -246,6 +246,9 @@ func TestBinaryConnectionFlood(t *testing.T) {
 	if rss > 160 {
 		t.Errorf("RSS %.0f MB after 10,000 connections at a cap of 1,024, want it bounded by the cap (about 30 + 1,024 x 20 KB)", rss)
 	}
+	// The cap's line was written when the 1,025th connection was accepted, before the
+	// answers above; it may still be on its way through the pipe.
+	b.stderr.WaitLine(t, 20*time.Second, "the cap (--http-max-conns)")
 	logs := b.stderr.String()
 	if strings.Contains(logs, "too many open files") {
 		t.Errorf("the dispenser ran out of descriptors:\n%s", logs)
@@ -267,25 +270,38 @@ func TestBinaryRogueResponders(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	ns := testenv.StartNATS(t)
+	// The fakes answer each ask at once, as 10,000 dispensers would, not after the
+	// 10,000 answers to the ask before (a subscription's handler runs one message at a
+	// time): on a busy machine those took longer than the range check's 2 s window. The
+	// answering ends when the rogue's connection closes, before this wait; busy counts
+	// the asks being answered.
+	var answering sync.WaitGroup
+	t.Cleanup(answering.Wait)
+	var busy atomic.Int64
 	rogue := ns.Connect(t, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	long := strings.Repeat("n", 20<<10)
-	var flooding atomic.Bool // the rogue is answering an ask
 	info, err := rogue.Subscribe("$SRV.INFO.leaf", func(m *nats.Msg) {
-		flooding.Store(true)
-		defer flooding.Store(false)
-		for i := range 10_000 {
-			node := fmt.Sprintf("ghost-%d", i)
-			if i%100 == 0 {
-				node += long
+		busy.Add(1)
+		answering.Go(func() {
+			defer busy.Add(-1)
+			for i := range 10_000 {
+				node := fmt.Sprintf("ghost-%d", i)
+				if i%100 == 0 {
+					node += long
+				}
+				if rogue.Publish(m.Reply, fmt.Appendf(nil, `{"name":"leaf","id":"fake%d","version":"9.9.9","metadata":{"node_id":%q,"worker_id":"%d","worker_id_min":"0","worker_id_max":"1023"}}`, i, node, 600+i%400)) != nil {
+					return
+				}
 			}
-			_ = rogue.Publish(m.Reply, fmt.Appendf(nil, `{"name":"leaf","id":"fake%d","version":"9.9.9","metadata":{"node_id":%q,"worker_id":"%d","worker_id_min":"0","worker_id_max":"1023"}}`, i, node, 600+i%400))
-		}
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer info.Unsubscribe()
 	clock, err := rogue.Subscribe("leaf.time", func(m *nats.Msg) {
+		busy.Add(1)
+		defer busy.Add(-1)
 		body := strconv.AppendInt(nil, time.Now().Add(time.Hour).UnixMilli(), 10)
 		for i := range 10_000 {
 			reply := nats.NewMsg(m.Reply)
@@ -304,24 +320,12 @@ func TestBinaryRogueResponders(t *testing.T) {
 
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	b := startBinary(t, t.TempDir(), "--nats", ns.URL(), "--http", httpAddr, "--worker-id-min", "0", "--worker-id-max", "511")
-	// The start's range check has run once the warning is there. The rogue answers one
-	// ask at a time, 10,000 answers each, and the start asks it several times (the
-	// layout check, the look for a live fleet where there is no deployment record): on
-	// a busy machine the first range check may end before the rogue is through with
-	// those, and the next one, 30 s later, sees the fakes.
-	deadline := time.Now().Add(45 * time.Second)
-	for !strings.Contains(b.stderr.String(), "worker-ID range conflicts") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no range warning within 45s of the start:\n%s", b.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// The rogue answers one ask at a time: the status page's ask, made while it is still
-	// flooding an earlier one, would hear only this node.
-	testutil.Eventually(t, 30*time.Second, "the rogue through with the start's asks", func() bool {
-		n, _, _ := info.Pending()
-		return n == 0 && !flooding.Load()
-	})
+	// The start's range check has run once the warning is there (a check every 30 s:
+	// the bound is for the first, with room for the start's own asks before it).
+	b.stderr.WaitLine(t, 45*time.Second, "worker-ID range conflicts")
+	// The page's discovery ends 100 ms after this node's own answer: on a busy machine
+	// the fakes must not still be answering the start's asks when it asks.
+	testutil.Eventually(t, time.Minute, "the rogue done answering the start's asks", func() bool { return busy.Load() == 0 })
 	rssBefore := rssMB(t, b.cmd.Process.Pid)
 	url := "http://" + httpAddr
 	var pageBytes int
