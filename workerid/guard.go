@@ -449,6 +449,18 @@ func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 	default:
 		return fmt.Errorf("clock guard: peer time check: %w", err)
 	}
+	if filter.members != nil {
+		delete(filter.members, g.cfg.NodeID)
+		if len(filter.members) == 0 {
+			log.Info("peer time check: no other dispenser of this service (first node)", "subject", infoSubject, "window", g.cfg.PeerWindow)
+			return nil
+		}
+		// The members are known: the ask ends once each has answered, and waits for them
+		// longer than PeerWindow (8 x) rather than end while it is still reading a flood
+		// of strangers' answers on a busy machine, which would leave out the peers'.
+		ask.MaxAnswers = len(filter.members)
+		ask.Window, ask.Quiet = 8*g.cfg.PeerWindow, 8*g.cfg.PeerWindow
+	}
 	timeReq := nats.NewMsg(subjects.Time())
 	timeReq.Header.Set(wire.NodeIDHeader, g.cfg.NodeID)
 	ask.Keep = filter.keep
@@ -458,7 +470,7 @@ func (g *Guard) checkPeers(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("clock guard: peer time check: %w", err)
 	}
 	offsets := filter.offsets(clocks, sent)
-	if ign := filter.ignored; ign.any() || clocks.Dropped() > 0 || clocks.More {
+	if ign := filter.ignored; ign.any() || clocks.Dropped() > 0 || clocks.More && filter.members == nil {
 		log.Info("peer time check: answers ignored", "not_unix_ms", ign.notMs, "not_a_dispenser", ign.stranger,
 			"repeated_node", ign.repeated, "dropped", clocks.Dropped(), "more", clocks.More)
 	}
