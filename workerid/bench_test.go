@@ -14,7 +14,7 @@ func BenchmarkHeartbeatBeat(b *testing.B) {
 	forever := openForever(b, env.js)
 	lease := acquire(b, openKVRegistry(b, env.js, kvConfig("bench")))
 	gen := &fakeGen{}
-	h := newHeartbeat(b, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(b, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "bench"
 		c.Lease = lease
 		c.Generator = gen
@@ -72,7 +72,7 @@ func BenchmarkKVRegistryAcquire(b *testing.B) {
 // BenchmarkCacheFileSave is the atomic replace: temp file, fsync, rename, directory fsync.
 func BenchmarkCacheFileSave(b *testing.B) {
 	c := CacheFile{Path: filepath.Join(b.TempDir(), "workerid.json")}
-	e := CacheEntry{NodeID: "bench", WorkerID: 1, Timestamp: time.Now().UnixMilli()}
+	e := cacheEntry{NodeID: "bench", WorkerID: 1, Timestamp: time.Now().UnixMilli()}
 	b.ReportAllocs()
 	for b.Loop() {
 		e.Timestamp++

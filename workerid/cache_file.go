@@ -20,7 +20,7 @@ type CacheFile struct {
 	Path string
 }
 
-// CacheEntry is the content of the cache file. Ceiling is as in Record. Owner is the
+// cacheEntry is the content of the cache file. Ceiling is as in Record. Owner is the
 // token this node puts in its ZooKeeper alive node (Leaf's layout): a restart that finds
 // the alive node of an earlier session holding the token of its own cache file knows
 // that session was this node's, and takes the node over instead of waiting for the
@@ -30,7 +30,7 @@ type CacheFile struct {
 // token of the run that wrote the entry, the one in its worker ID's record (fence.go): a
 // restart of this data dir takes that record over at once, since the run that wrote it
 // has ended.
-type CacheEntry struct {
+type cacheEntry struct {
 	NodeID    string `json:"node_id"`
 	WorkerID  int64  `json:"worker_id"`
 	Timestamp int64  `json:"timestamp"`
@@ -58,25 +58,25 @@ var ErrCacheOtherRegistry = errors.New("the cache file's worker ID may not be th
 // does not hold a record is an error wrapping ErrCorruptCacheFile that names the file;
 // one that cannot be read is any other error. Neither may be treated as missing: the
 // file may have hidden a higher record.
-func (c CacheFile) Load() (CacheEntry, error) {
+func (c CacheFile) Load() (cacheEntry, error) {
 	b, err := os.ReadFile(c.Path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return CacheEntry{}, fmt.Errorf("cache file %s: %w", c.Path, ErrNoRecord)
+		return cacheEntry{}, fmt.Errorf("cache file %s: %w", c.Path, ErrNoRecord)
 	}
 	if err != nil {
-		return CacheEntry{}, fmt.Errorf("read cache file: %w", err)
+		return cacheEntry{}, fmt.Errorf("read cache file: %w", err)
 	}
-	var e CacheEntry
+	var e cacheEntry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return CacheEntry{}, c.corrupt(b, err.Error())
+		return cacheEntry{}, c.corrupt(b, err.Error())
 	}
 	switch {
 	case e.NodeID == "":
-		return CacheEntry{}, c.corrupt(b, "no node_id")
+		return cacheEntry{}, c.corrupt(b, "no node_id")
 	case e.WorkerID < 0:
-		return CacheEntry{}, c.corrupt(b, fmt.Sprintf("worker_id %d", e.WorkerID))
+		return cacheEntry{}, c.corrupt(b, fmt.Sprintf("worker_id %d", e.WorkerID))
 	case e.Timestamp <= 0 || e.Ceiling < 0:
-		return CacheEntry{}, c.corrupt(b, fmt.Sprintf("timestamp %d, ceiling %d", e.Timestamp, e.Ceiling))
+		return cacheEntry{}, c.corrupt(b, fmt.Sprintf("timestamp %d, ceiling %d", e.Timestamp, e.Ceiling))
 	}
 	return e, nil
 }
@@ -93,7 +93,7 @@ func (c CacheFile) corrupt(b []byte, why string) error {
 // Save replaces the file with e durably (package durable: a temp file fsynced, renamed
 // over the path, the directory fsynced), so a crash leaves the old record or the new one.
 // The directory is created when missing.
-func (c CacheFile) Save(e CacheEntry) error {
+func (c CacheFile) Save(e cacheEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encode cache record: %w", err)

@@ -14,7 +14,7 @@ func TestCacheFile(t *testing.T) {
 	_, err := c.Load()
 	wantErrIs(t, "Load of a missing file", err, ErrNoRecord)
 
-	for _, want := range []CacheEntry{
+	for _, want := range []cacheEntry{
 		{NodeID: "n1", WorkerID: 3, Timestamp: 1000},
 		{NodeID: "n1", WorkerID: 3, Timestamp: 2000},
 	} {

@@ -31,7 +31,7 @@
 //   - a worker ID is trusted only by the registry that issued it (Identifier): the
 //     cache file says which one did.
 //
-// The pieces: Registry/Lease/LeaseWatcher (registry.go) with the static, JetStream KV,
+// The pieces: Registry/Lease/leaseWatcher (registry.go) with the static, JetStream KV,
 // ZooKeeper and MySQL implementations, Forever (the <prefix>_forever bucket),
 // CacheFile, Guard (start-up), Heartbeat (runtime: records, ceiling, suspension, the
 // lease watch) and TimeResponder (answers <prefix>.time for other nodes' peer checks).

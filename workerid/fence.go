@@ -55,9 +55,9 @@ func isFenceLost(err error) bool {
 	return errors.As(err, &fl)
 }
 
-// DefaultStaleRecords is how many record intervals a worker ID's record may go
+// defaultStaleRecords is how many record intervals a worker ID's record may go
 // unrewritten before its writer counts as gone (KeeperConfig.StaleAfter).
-const DefaultStaleRecords = 5
+const defaultStaleRecords = 5
 
 // workerFence is this holder's fence on one worker ID: the revision it may write on.
 // The heartbeat writes through it; it is safe for concurrent use.

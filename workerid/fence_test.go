@@ -109,7 +109,7 @@ func TestClaim(t *testing.T) {
 		putWorker(t, f, n, Record{WorkerID: n, Timestamp: 1000, NodeID: "n1", Instance: "run-0"})
 		c := testClaimer(t, f, time.Minute, &logs)
 		c.cache = &CacheFile{Path: filepath.Join(t.TempDir(), "cache.json")}
-		must(t, "Save", c.cache.Save(CacheEntry{NodeID: "n1", WorkerID: n, Timestamp: 1000, Instance: "run-0"}))
+		must(t, "Save", c.cache.Save(cacheEntry{NodeID: "n1", WorkerID: n, Timestamp: 1000, Instance: "run-0"}))
 		_, err := c.claim(ctx, n)
 		must(t, "claim", err)
 		if !strings.Contains(logs.String(), "previous run's, which has ended") {
@@ -263,7 +263,7 @@ func TestHeartbeatFencedCeiling(t *testing.T) {
 	must(t, "claim", err)
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 4}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator, c.Forever, c.fence = lease, gen, f, w
 		c.WriteTimeout = 500 * time.Millisecond
 	}))
@@ -300,7 +300,7 @@ func TestHeartbeatFenceLost(t *testing.T) {
 	w, err := testClaimer(t, f, time.Minute, &logs).claim(ctx, 5)
 	must(t, "claim", err)
 	gen := &fakeGen{}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator, c.Forever, c.fence = &fakeLease{id: 5}, gen, f, w
 	}))
 	must(t, "first Beat", h.Beat(ctx))

@@ -386,8 +386,8 @@ func TestReleasedRecordKeepsCeiling(t *testing.T) {
 		{"disp-2", "", rec.Ceiling},
 	} {
 		cfg := staticKeeperConfig(t, tt.node, 25, f, tt.cache)
-		g, err := NewGuard(cfg.Guard)
-		must(t, "NewGuard", err)
+		g, err := newGuard(cfg.Guard)
+		must(t, "newGuard", err)
 		floor, err := g.Start(ctx, &fakeLease{id: 25})
 		must(t, "Start", err)
 		if floor != tt.want {

@@ -141,8 +141,8 @@ type Guard struct {
 	cfg GuardConfig
 }
 
-// NewGuard validates cfg and returns a Guard.
-func NewGuard(cfg GuardConfig) (*Guard, error) {
+// newGuard validates cfg and returns a Guard.
+func newGuard(cfg GuardConfig) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

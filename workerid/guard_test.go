@@ -73,10 +73,10 @@ func TestGuardStartRecords(t *testing.T) {
 			}
 			cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
 			if tt.cache != 0 {
-				must(t, "Save", cache.Save(CacheEntry{NodeID: node, WorkerID: 7, Timestamp: tt.cache}))
+				must(t, "Save", cache.Save(cacheEntry{NodeID: node, WorkerID: 7, Timestamp: tt.cache}))
 			}
 			clock := snowflake.NewFakeClock(t0)
-			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			g, err := newGuard(guardConfig(func(c *GuardConfig) {
 				c.NodeID = node
 				c.Forever = forever
 				c.Cache = cache
@@ -84,7 +84,7 @@ func TestGuardStartRecords(t *testing.T) {
 				c.ClockWaitMax = tt.clockWaitMax
 				c.Logger = testutil.Logger(t)
 			}))
-			must(t, "NewGuard", err)
+			must(t, "newGuard", err)
 			floor, err := g.Start(ctx, &fakeLease{id: 7, ttl: tt.ttl, recorded: tt.recorded})
 			if tt.wantErr != nil {
 				wantErrIs(t, "Start", err, tt.wantErr)
@@ -120,14 +120,14 @@ func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
 	must(t, "Put", forever.Put(ctx, "n1", Record{WorkerID: 1, Timestamp: t0ms - 60_000}))
 	dir := t.TempDir()
 	ahead := &CacheFile{Path: filepath.Join(dir, "ahead.json")}
-	must(t, "Save", ahead.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: t0ms + 2000}))
+	must(t, "Save", ahead.Save(cacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: t0ms + 2000}))
 	behind := &CacheFile{Path: filepath.Join(dir, "behind.json")}
-	must(t, "Save", behind.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: t0ms - 1000}))
+	must(t, "Save", behind.Save(cacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: t0ms - 1000}))
 	missing := &CacheFile{Path: filepath.Join(dir, "missing.json")}
 	env.srv.Stop()
 
 	start := func(cache *CacheFile, lease Lease) (int64, error) {
-		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		g, err := newGuard(guardConfig(func(c *GuardConfig) {
 			c.NodeID = "n1"
 			c.Forever = forever
 			c.Cache = cache
@@ -135,7 +135,7 @@ func TestGuardKVUnreachableUsesCacheFile(t *testing.T) {
 			c.ReadTimeout = 300 * time.Millisecond
 			c.Logger = testutil.Logger(t)
 		}))
-		must(t, "NewGuard", err)
+		must(t, "newGuard", err)
 		return g.Start(ctx, lease)
 	}
 	permanent := &fakeLease{id: 1}
@@ -185,14 +185,14 @@ func TestGuardPeerCheck(t *testing.T) {
 	var logs testutil.SyncBuffer
 	start := func(node string, clock snowflake.Clock, forever *Forever) error {
 		t.Helper()
-		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		g, err := newGuard(guardConfig(func(c *GuardConfig) {
 			c.NodeID = node
 			c.Conn = env.nc
 			c.Clock = clock
 			c.Forever = forever
 			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testutil.LogWriter(t)), nil))
 		}))
-		must(t, "NewGuard", err)
+		must(t, "newGuard", err)
 		_, err = g.Start(testutil.Context(t, 10*time.Second), &fakeLease{id: 1})
 		return err
 	}
@@ -331,14 +331,14 @@ func TestGuardConfigValidate(t *testing.T) {
 // record does not hang.
 func TestGuardStartWaitEndsWithContext(t *testing.T) {
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
-	must(t, "Save", cache.Save(CacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: time.Now().UnixMilli() + 30_000}))
-	g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+	must(t, "Save", cache.Save(cacheEntry{NodeID: "n1", WorkerID: 1, Timestamp: time.Now().UnixMilli() + 30_000}))
+	g, err := newGuard(guardConfig(func(c *GuardConfig) {
 		c.NodeID = "n1"
 		c.Cache = cache
 		c.ClockWaitMax = time.Hour
 		c.Logger = testutil.Logger(t)
 	}))
-	must(t, "NewGuard", err)
+	must(t, "newGuard", err)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)

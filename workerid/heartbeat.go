@@ -13,7 +13,7 @@ import (
 	"github.com/leafbus/leafbus/wire"
 )
 
-// ErrNotRecorded is the reason the generator is suspended from NewHeartbeat until the
+// ErrNotRecorded is the reason the generator is suspended from newHeartbeat until the
 // first beat that records a timestamp where a restart (or the next holder of the ID) will
 // read it; Beat also returns it (wrapped) when a beat recorded nothing that counts.
 var ErrNotRecorded = errors.New("heartbeat record not written")
@@ -56,8 +56,8 @@ var _ Generator = (*snowflake.Generator)(nil)
 // never steps. The heartbeat measures lease age and clock jumps with it.
 type Monotonic func() time.Duration
 
-// SystemMonotonic is the process's monotonic clock (Go's monotonic time readings).
-func SystemMonotonic() Monotonic {
+// systemMonotonic is the process's monotonic clock (Go's monotonic time readings).
+func systemMonotonic() Monotonic {
 	start := time.Now()
 	return func() time.Duration { return time.Since(start) }
 }
@@ -78,7 +78,7 @@ type HeartbeatConfig struct {
 	Forever *Forever
 	Cache   *CacheFile
 	// Registry is the Identity of the registry that issued Lease, recorded in the cache
-	// file so that no other registry ever starts from it (CacheEntry.Registry).
+	// file so that no other registry ever starts from it (cacheEntry.Registry).
 	Registry string
 	// fence, set by the Keeper, writes the worker ID's record with a compare-and-set
 	// (fence.go) instead of RaiseWorker: only its writes raise the ceiling, and a write
@@ -102,7 +102,7 @@ type HeartbeatConfig struct {
 	// ClockJumpMax is how far the wall clock may run ahead of where the monotonic clock
 	// puts it before the record stops following it (1 h).
 	ClockJumpMax time.Duration
-	// Monotonic is the elapsed-time source (SystemMonotonic()).
+	// Monotonic is the elapsed-time source (systemMonotonic()).
 	Monotonic Monotonic
 	// WriteTimeout bounds each write of a beat (2 s); StopTimeout bounds the final writes
 	// and the release at a clean stop (5 s).
@@ -122,7 +122,7 @@ func DefaultHeartbeatConfig() HeartbeatConfig {
 		BorrowMax:    DefaultBorrowMax,
 		CeilingLead:  DefaultCeilingLead,
 		ClockJumpMax: DefaultClockJumpMax,
-		Monotonic:    SystemMonotonic(),
+		Monotonic:    systemMonotonic(),
 		WriteTimeout: DefaultWriteTimeout,
 		StopTimeout:  DefaultStopTimeout,
 	}
@@ -143,7 +143,7 @@ func (c HeartbeatConfig) Validate() error {
 	case c.Clock == nil:
 		return invalid(component, "Clock is nil, want the generator's clock (snowflake.SystemClock() by default)")
 	case c.Monotonic == nil:
-		return invalid(component, "Monotonic is nil, want an elapsed-time source (SystemMonotonic() by default)")
+		return invalid(component, "Monotonic is nil, want an elapsed-time source (systemMonotonic() by default)")
 	}
 	err := checkPositive(component,
 		duration{"Interval", c.Interval}, duration{"BorrowMax", c.BorrowMax}, duration{"ClockJumpMax", c.ClockJumpMax},
@@ -182,7 +182,7 @@ type HeartbeatStats struct {
 	// Reclaims counts the worker records found written by someone else (a forged or
 	// stray write) that named no live holder and were taken back at once.
 	Reclaims int `json:"reclaims"`
-	// LeaseWatched is true while the lease's watch (LeaseWatcher) last reported that it
+	// LeaseWatched is true while the lease's watch (leaseWatcher) last reported that it
 	// sees the lease is this node's; false for a lease without a watch.
 	LeaseWatched bool `json:"lease_watched"`
 	// ClockMinusRecordMs is the clock minus Record at the last beat: negative while the
@@ -215,7 +215,7 @@ type HeartbeatStats struct {
 //   - an expiring lease not renewed for more than TTL/2 suspends the generator at once
 //     (a timer, not the next beat) and a later renewal resumes it; a Renew that reports
 //     ErrLeaseLost suspends it for good and Run returns that error;
-//   - a lease that is a LeaseWatcher is watched while Run runs: a change under the
+//   - a lease that is a leaseWatcher is watched while Run runs: a change under the
 //     holder (lease deleted or taken) suspends the generator for good at once and Run
 //     returns ErrLeaseLost, and while the watch cannot see the lease the generator stays
 //     suspended (ErrLeaseUnverified) until it can again;
@@ -270,10 +270,10 @@ type Heartbeat struct {
 	unlogged    int           // taken back since that log
 }
 
-// NewHeartbeat validates cfg and returns a Heartbeat. It suspends the generator with
+// newHeartbeat validates cfg and returns a Heartbeat. It suspends the generator with
 // ErrNotRecorded until the first successful beat sets its ceiling: the dispenser calls
 // Beat once right after start-up, then Run.
-func NewHeartbeat(cfg HeartbeatConfig) (*Heartbeat, error) {
+func newHeartbeat(cfg HeartbeatConfig) (*Heartbeat, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -407,7 +407,7 @@ func (h *Heartbeat) writeOwn(ctx context.Context, ts, ceiling int64, released bo
 		}
 	}
 	if c := h.cfg.Cache; c != nil {
-		e := CacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease), Registry: h.cfg.Registry}
+		e := cacheEntry{NodeID: h.cfg.NodeID, WorkerID: id, Timestamp: ts, Ceiling: ceiling, Owner: ownerOf(h.cfg.Lease), Registry: h.cfg.Registry}
 		if fc := h.cfg.fence; fc != nil {
 			e.Instance = fc.instance
 		}
@@ -590,7 +590,7 @@ func (h *Heartbeat) loseLease(err error) {
 		"last_renewal", h.lastSuccess, "err", err)
 }
 
-// vouch is the lease watch's report (LeaseWatcher.Watch): nil when it sees the lease is
+// vouch is the lease watch's report (leaseWatcher.Watch): nil when it sees the lease is
 // this node's, ErrLeaseLost when it is lost, any other error while it cannot see it.
 func (h *Heartbeat) vouch(err error) {
 	if errors.Is(err, ErrLeaseLost) {
@@ -680,7 +680,7 @@ func (h *Heartbeat) expiryTimer(done <-chan struct{}) {
 }
 
 // Run beats every Interval until ctx ends or the lease is lost, and meanwhile watches
-// the lease when it is a LeaseWatcher. It beats at once when Beat was never called, and
+// the lease when it is a leaseWatcher. It beats at once when Beat was never called, and
 // after a failed beat tries again within a second (backing off) rather than a whole
 // Interval later.
 // When ctx ends it stops cleanly: suspend the generator (no more IDs), write the final
@@ -753,7 +753,7 @@ var beatRetry = backoff.Policy{Min: 100 * time.Millisecond, Max: time.Second, Ji
 // without reporting a loss is a bug in it; it counts as a loss, since nothing watches
 // the lease any more.
 func (h *Heartbeat) startWatch() (stop func()) {
-	w, ok := h.cfg.Lease.(LeaseWatcher)
+	w, ok := h.cfg.Lease.(leaseWatcher)
 	if !ok {
 		return func() {}
 	}

@@ -24,15 +24,15 @@ func heartbeatConfig(edit func(*HeartbeatConfig)) HeartbeatConfig {
 	return cfg
 }
 
-// newHeartbeat returns a heartbeat for cfg, logging to the test.
-func newHeartbeat(tb testing.TB, cfg HeartbeatConfig) *Heartbeat {
+// testHeartbeat returns a heartbeat for cfg, logging to the test.
+func testHeartbeat(tb testing.TB, cfg HeartbeatConfig) *Heartbeat {
 	tb.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = testutil.Logger(tb)
 	}
-	h, err := NewHeartbeat(cfg)
+	h, err := newHeartbeat(cfg)
 	if err != nil {
-		tb.Fatalf("NewHeartbeat: %v", err)
+		tb.Fatalf("newHeartbeat: %v", err)
 	}
 	return h
 }
@@ -83,7 +83,7 @@ func TestHeartbeatRecordIsMaxOfIssuedAndClock(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			gen := &fakeGen{issued: tt.issued}
 			lease := &fakeLease{id: 2}
-			h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+			h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 				c.Lease = lease
 				c.Generator = gen
 				c.Clock = snowflake.NewFakeClock(t0)
@@ -103,14 +103,14 @@ func TestHeartbeatCeilingAfterEachBeat(t *testing.T) {
 	clock := snowflake.NewFakeClock(t0)
 	gen := &fakeGen{}
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease = &fakeLease{id: 2}
 		c.Generator = gen
 		c.Cache = cache
 		c.Clock = clock
 	}))
 	if _, susp := gen.state(); !errors.Is(susp, ErrNotRecorded) {
-		t.Fatalf("after NewHeartbeat the generator is suspended with %v, want ErrNotRecorded", susp)
+		t.Fatalf("after newHeartbeat the generator is suspended with %v, want ErrNotRecorded", susp)
 	}
 	var want []int64
 	for i := range 3 {
@@ -159,7 +159,7 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 
 	clock := snowflake.NewFakeClock(t0)
 	withCache := &fakeGen{}
-	h1 := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h1 := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "n1"
 		c.Lease = staticLease
 		c.Generator = withCache
@@ -169,7 +169,7 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 		c.WriteTimeout = 300 * time.Millisecond
 	}))
 	without := &fakeGen{}
-	h2 := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h2 := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "n2"
 		c.Lease = staticLease
 		c.Generator = without
@@ -178,7 +178,7 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 		c.WriteTimeout = 300 * time.Millisecond
 	}))
 	recording := &fakeGen{}
-	h3 := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h3 := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "n3"
 		c.Lease = &fakeLease{id: 5}
 		c.Generator = recording
@@ -223,7 +223,7 @@ func TestHeartbeatPermanentLeaseKVDown(t *testing.T) {
 func TestHeartbeatExpiringLeaseSuspendsAndResumes(t *testing.T) {
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 3, ttl: time.Second}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease = lease
 		c.Generator = gen
 		c.Interval = 250 * time.Millisecond
@@ -258,7 +258,7 @@ func TestHeartbeatExpiringLeaseSuspendsAndResumes(t *testing.T) {
 func TestHeartbeatLostLeaseEndsRun(t *testing.T) {
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 3, ttl: time.Second}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease = lease
 		c.Generator = gen
 		c.Interval = 100 * time.Millisecond
@@ -289,7 +289,7 @@ func TestHeartbeatKVTakeoverEndsRun(t *testing.T) {
 	env := startJS(t)
 	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	gen := &fakeGen{}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "a"
 		c.Lease = lease
 		c.Generator = gen
@@ -324,7 +324,7 @@ func TestHeartbeatForwardJumpCapsRecord(t *testing.T) {
 	mono := &fakeMono{}
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 1}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease = lease
 		c.Generator = gen
 		c.Clock = clock
@@ -372,7 +372,7 @@ func TestHeartbeatCleanStop(t *testing.T) {
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "workerid.json")}
 	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("a", kvMaxWorkerID(0))))
 	gen := &fakeGen{}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "a"
 		c.Lease = lease
 		c.Generator = gen
@@ -452,7 +452,7 @@ func TestHeartbeatConfigValidate(t *testing.T) {
 func TestHeartbeatWatchSuspendsWhileUnverified(t *testing.T) {
 	gen := &fakeGen{}
 	lease := newFakeWatchedLease(3, 30*time.Second)
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator = lease, gen
 	}))
 	must(t, "Beat", h.Beat(context.Background()))
@@ -498,7 +498,7 @@ func TestHeartbeatWatchLossEndsRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			gen := &fakeGen{}
 			lease := newFakeWatchedLease(3, 30*time.Second)
-			h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+			h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 				c.Lease, c.Generator = lease, gen
 			}))
 			must(t, "Beat", h.Beat(context.Background()))
@@ -522,7 +522,7 @@ func TestHeartbeatWatchLossEndsRun(t *testing.T) {
 // At a clean stop the watch ends before the release, which deletes what it watches.
 func TestHeartbeatWatchStopsBeforeRelease(t *testing.T) {
 	lease := newFakeWatchedLease(3, 30*time.Second)
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator = lease, &fakeGen{}
 	}))
 	stop, _ := runHeartbeat(t, h)
@@ -540,7 +540,7 @@ func TestHeartbeatWatchStopsBeforeRelease(t *testing.T) {
 // does not lift the beats' suspension, nor a beat the watch's.
 func TestHeartbeatSuspensionReasonsCombine(t *testing.T) {
 	gen := &fakeGen{}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator = &fakeLease{id: 3, ttl: 30 * time.Second}, gen
 	}))
 	steps := []struct {

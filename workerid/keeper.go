@@ -12,10 +12,10 @@ import (
 	"github.com/leafbus/leafbus/internal/backoff"
 )
 
-// Rebinder is the snowflake generator as the Keeper drives it (*snowflake.Generator):
+// rebinder is the snowflake generator as the Keeper drives it (*snowflake.Generator):
 // the heartbeat's Generator, plus moving it to another worker ID after a loss, so that
 // everything holding the generator (the service, the pools) keeps it.
-type Rebinder interface {
+type rebinder interface {
 	Generator
 	// Rebind moves the suspended generator to workerID, issuing only above floor.
 	Rebind(workerID, floor int64) error
@@ -38,7 +38,7 @@ type KeeperConfig struct {
 	Peers PeersConfig
 	// StaleAfter is how long another run's record of a worker ID may go unrewritten
 	// before its writer counts as gone and this node may take the worker ID over
-	// (fence.go): 0 is DefaultStaleRecords record intervals (Heartbeat.Interval). A
+	// (fence.go): 0 is defaultStaleRecords record intervals (Heartbeat.Interval). A
 	// record rewritten within it is a live holder's, and this node refuses the worker
 	// ID. The fence needs Heartbeat.Forever; without it there is none. Heartbeat.Cache,
 	// when set, must be this process's alone (the dispenser locks its data dir): the
@@ -59,7 +59,7 @@ func (c KeeperConfig) Validate() error {
 		return fmt.Errorf("%s: Guard.NodeID: %w", component, err)
 	}
 	if c.StaleAfter < 0 {
-		return invalid(component, "StaleAfter is %s, want >= 0 (0: %d record intervals)", c.StaleAfter, DefaultStaleRecords)
+		return invalid(component, "StaleAfter is %s, want >= 0 (0: %d record intervals)", c.StaleAfter, defaultStaleRecords)
 	}
 	if c.Heartbeat.StopTimeout <= 0 {
 		return invalid(component, "Heartbeat.StopTimeout is %s, want > 0: it also bounds giving back a worker ID not kept", c.Heartbeat.StopTimeout)
@@ -102,7 +102,7 @@ type Keeper struct {
 	lease    Lease
 	fence    *workerFence // the lease's worker record; nil without a forever bucket
 	floor    int64
-	gen      Rebinder
+	gen      rebinder
 	hb       *Heartbeat
 	ran      bool      // Run was called: its clean stop releases the lease, or it was lost
 	rejoins  int       // worker IDs taken after the first
@@ -165,7 +165,7 @@ func (k *Keeper) claimAndGuard(ctx context.Context, lease Lease) (*workerFence, 
 	if err != nil {
 		return nil, 0, err // it names the worker ID
 	}
-	guard, err := NewGuard(k.cfg.Guard)
+	guard, err := newGuard(k.cfg.Guard)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -184,7 +184,7 @@ func (k *Keeper) claim(ctx context.Context, id int64) (*workerFence, error) {
 	}
 	stale := k.cfg.StaleAfter
 	if stale == 0 {
-		stale = DefaultStaleRecords * hb.Interval
+		stale = defaultStaleRecords * hb.Interval
 	}
 	c := claimer{
 		forever: hb.Forever, nodeID: hb.NodeID, instance: k.instance, cache: hb.Cache,
@@ -199,7 +199,7 @@ func (k *Keeper) claim(ctx context.Context, id int64) (*workerFence, error) {
 // a ceiling. When someone wrote the worker ID's record since CheckClock claimed it, it
 // claims it again, as CheckClock does (refusing with an error wrapping ErrWorkerIDInUse
 // when a live dispenser holds it), and moves gen past the new floor.
-func (k *Keeper) Start(ctx context.Context, gen Rebinder) error {
+func (k *Keeper) Start(ctx context.Context, gen rebinder) error {
 	lease := k.Lease()
 	if lease == nil {
 		return errors.New("worker keeper: Start before Acquire")
@@ -227,7 +227,7 @@ func (k *Keeper) Start(ctx context.Context, gen Rebinder) error {
 // more before it finds its lease lost and releases the record. Telling these apart takes
 // watching the record, so it claims the record again (which watches it when it must),
 // checks the clock again and moves gen past the new floor (0 when it did not).
-func (k *Keeper) firstBeat(ctx context.Context, lease Lease, fence *workerFence, gen Rebinder) (*Heartbeat, *workerFence, int64, error) {
+func (k *Keeper) firstBeat(ctx context.Context, lease Lease, fence *workerFence, gen rebinder) (*Heartbeat, *workerFence, int64, error) {
 	var floor int64
 	for attempt := 1; ; attempt++ {
 		hb, err := k.newHeartbeat(lease, fence) // suspends the generator until its first record
@@ -261,7 +261,7 @@ func (k *Keeper) newHeartbeat(lease Lease, fence *workerFence) (*Heartbeat, erro
 	if id, ok := k.cfg.Registry.(Identifier); ok {
 		cfg.Registry = id.Identity()
 	}
-	return NewHeartbeat(cfg)
+	return newHeartbeat(cfg)
 }
 
 // Lease is the lease this node holds now (nil before Acquire); after a loss, the new one
@@ -280,7 +280,7 @@ func (k *Keeper) WorkerID() int64 {
 	return -1
 }
 
-func (k *Keeper) generator() Rebinder {
+func (k *Keeper) generator() rebinder {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.gen

@@ -287,7 +287,7 @@ func TestKeeperConfigValidate(t *testing.T) {
 // stale after 1 s.
 func staticKeeperConfig(t *testing.T, node string, id int64, f *Forever, cache string) KeeperConfig {
 	t.Helper()
-	reg, err := NewStaticRegistryInRange(id, FullRange(DefaultMaxWorkerID))
+	reg, err := NewStaticRegistryInRange(id, fullRange(DefaultMaxWorkerID))
 	must(t, "NewStaticRegistryInRange", err)
 	return keeperConfig(t, node, reg, f, func(c *KeeperConfig) {
 		c.Heartbeat.Interval, c.StaleAfter = 100*time.Millisecond, time.Second

@@ -106,7 +106,7 @@ func (c KVRegistryConfig) workerRange() Range { return Range{Min: c.MinWorkerID,
 // any later holder reads a record at least as high as the base of the last ceiling the
 // earlier holder was given.
 //
-// Each lease is a LeaseWatcher (kv_watch.go): its holder watches its key and stops at
+// Each lease is a leaseWatcher (kv_watch.go): its holder watches its key and stops at
 // once when anyone else deletes, purges or rewrites it.
 type KVRegistry struct {
 	cfg     KVRegistryConfig

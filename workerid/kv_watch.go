@@ -29,9 +29,9 @@ const (
 // errReleased ends a watch at the holder's own release.
 var errReleased = errors.New("lease released by its holder")
 
-var _ LeaseWatcher = (*kvLease)(nil)
+var _ leaseWatcher = (*kvLease)(nil)
 
-// Watch implements LeaseWatcher with a JetStream KV watch on the lease key. The key
+// Watch implements leaseWatcher with a JetStream KV watch on the lease key. The key
 // deleted or purged by anyone but this holder's Release, or rewritten with another
 // holder's token, is a loss at once: deleted, anyone may create it again and take the
 // ID, and nothing tells this holder whether someone did.

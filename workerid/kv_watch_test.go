@@ -94,7 +94,7 @@ func TestKVLeaseWatchIgnoresOwnWrites(t *testing.T) {
 	env := startJS(t)
 	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("holder", kvShortTTL)))
 	gen := &fakeGen{}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator, c.Interval = lease, gen, 250*time.Millisecond
 	}))
 	stop, done := runHeartbeat(t, h)
@@ -155,7 +155,7 @@ func TestKVLeaseWatchStalled(t *testing.T) {
 	env := startJS(t)
 	lease := acquire(t, openKVRegistry(t, env.js, kvConfig("holder", kvMaxWorkerID(0))))
 	gen := &fakeGen{}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator, c.Interval = lease, gen, 250*time.Millisecond
 	}))
 	runHeartbeat(t, h)

@@ -33,7 +33,7 @@ func startWatchedHolder(tb testing.TB, lease Lease, edits ...func(*HeartbeatConf
 	tb.Helper()
 	gen, err := snowflake.New(snowflake.Config{WorkerID: lease.WorkerID(), BorrowMax: DefaultBorrowMax})
 	must(tb, "snowflake.New", err)
-	hb := newHeartbeat(tb, heartbeatConfig(func(c *HeartbeatConfig) {
+	hb := testHeartbeat(tb, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID, c.Lease, c.Generator = "holder", lease, gen
 		for _, edit := range edits {
 			edit(c)

@@ -366,11 +366,11 @@ func TestMySQLRegistryGuardRefusesClockBehindRecord(t *testing.T) {
 	if l.Recorded() != ahead {
 		t.Fatalf("Recorded() = %d, want %d", l.Recorded(), ahead)
 	}
-	g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+	g, err := newGuard(guardConfig(func(c *GuardConfig) {
 		c.NodeID = "n1"
 		c.Logger = testutil.Logger(t)
 	}))
-	must(t, "NewGuard", err)
+	must(t, "newGuard", err)
 	_, err = g.Start(ctx, l)
 	wantErrIs(t, "Guard.Start with max_timestamp an hour ahead", err, ErrClockBehindRecord)
 	if storedMax(t, db, "10.0.0.5:8080") != ahead {

@@ -37,7 +37,7 @@ import (
 // collected (a peer across a gateway answers within milliseconds; quiet ends the wait
 // once answers stop coming), and how often one peer's conflict is logged again.
 const (
-	DefaultPeerCheckEvery = 30 * time.Second
+	defaultPeerCheckEvery = 30 * time.Second
 	DefaultPeerWarnEvery  = 10 * time.Minute
 	peerWindow            = 2 * time.Second
 	peerQuiet             = 250 * time.Millisecond
@@ -55,7 +55,7 @@ type PeersConfig struct {
 	// Self is this dispenser's service instance ID, whose own answer is skipped; nil or
 	// "" skips none.
 	Self func() string
-	// Every is how often the peers are asked (0: DefaultPeerCheckEvery), WarnEvery how
+	// Every is how often the peers are asked (0: defaultPeerCheckEvery), WarnEvery how
 	// often one peer's conflict is logged again (0: DefaultPeerWarnEvery).
 	Every, WarnEvery time.Duration
 	// Layout is the name of this node's snowflake layout (snowflake.Layout.Name); a peer
@@ -192,7 +192,7 @@ type peerRanges struct {
 
 func newPeerRanges(cfg PeersConfig, nodeID string, workerID func() int64, log *slog.Logger) *peerRanges {
 	if cfg.Every <= 0 {
-		cfg.Every = DefaultPeerCheckEvery
+		cfg.Every = defaultPeerCheckEvery
 	}
 	if cfg.WarnEvery <= 0 {
 		cfg.WarnEvery = DefaultPeerWarnEvery

@@ -62,11 +62,11 @@ type Lease interface {
 	Release(ctx context.Context, ts int64) error
 }
 
-// LeaseWatcher is implemented by leases whose backend can tell their holder at once that
+// leaseWatcher is implemented by leases whose backend can tell their holder at once that
 // the lease changed under it: its KV key or ZooKeeper node deleted, purged, or rewritten
 // by someone else. Heartbeat.Run runs Watch when its lease has it, so the generator stops
 // within milliseconds of the change instead of at the next renewal.
-type LeaseWatcher interface {
+type leaseWatcher interface {
 	// Watch watches the lease until ctx ends, then returns nil, or until the lease is
 	// no longer this holder's. It reports through vouch, called from Watch's goroutine
 	// (it must not block), as soon as it knows:
@@ -86,7 +86,7 @@ type LeaseWatcher interface {
 var ErrLeaseLost = errors.New("worker ID lease lost")
 
 // ErrLeaseUnverified is the reason the generator is suspended while a lease's watch
-// cannot see whether the lease is still this node's (LeaseWatcher); it is lifted once the
+// cannot see whether the lease is still this node's (leaseWatcher); it is lifted once the
 // watch sees it is.
 var ErrLeaseUnverified = errors.New("worker ID lease cannot be verified")
 

@@ -15,7 +15,7 @@ import (
 // documents, each against its real server.
 func TestRegistryIdentity(t *testing.T) {
 	t.Run("Static", func(t *testing.T) {
-		r, err := NewStaticRegistryInRange(7, FullRange(DefaultMaxWorkerID))
+		r, err := NewStaticRegistryInRange(7, fullRange(DefaultMaxWorkerID))
 		must(t, "NewStaticRegistryInRange", err)
 		if got := r.Identity(); got != "static" {
 			t.Fatalf("Identity() = %q, want %q", got, "static")

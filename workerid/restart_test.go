@@ -66,7 +66,7 @@ func testRestart(t *testing.T, kv bool) {
 	}
 	start := func(n node, clock snowflake.Clock) (*snowflake.Generator, *Heartbeat, int64) {
 		t.Helper()
-		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		g, err := newGuard(guardConfig(func(c *GuardConfig) {
 			c.NodeID = n.id
 			c.Forever = forever
 			c.Cache = n.cache
@@ -76,12 +76,12 @@ func testRestart(t *testing.T, kv bool) {
 			c.ClockWaitMax = 5 * time.Second
 			c.Logger = testutil.Logger(t)
 		}))
-		must(t, "NewGuard", err)
+		must(t, "newGuard", err)
 		floor, err := g.Start(testutil.Context(t, 20*time.Second), n.lease)
 		must(t, "Guard.Start", err)
 		gen, err := snowflake.New(snowflake.Config{Layout: layout, WorkerID: n.lease.WorkerID(), Clock: clock, Floor: floor, BorrowMax: borrow})
 		must(t, "snowflake.New", err)
-		hb := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+		hb := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 			c.NodeID = n.id
 			c.Lease = n.lease
 			c.Generator = gen

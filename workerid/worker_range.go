@@ -20,8 +20,8 @@ type Range struct {
 	Min, Max int64
 }
 
-// FullRange is every worker ID a layout with highest ID maxWorkerID holds: 0..maxWorkerID.
-func FullRange(maxWorkerID int64) Range { return Range{Min: 0, Max: maxWorkerID} }
+// fullRange is every worker ID a layout with highest ID maxWorkerID holds: 0..maxWorkerID.
+func fullRange(maxWorkerID int64) Range { return Range{Min: 0, Max: maxWorkerID} }
 
 // Contains reports whether id is in the range.
 func (r Range) Contains(id int64) bool { return id >= r.Min && id <= r.Max }

@@ -15,7 +15,7 @@ import (
 )
 
 func TestRange(t *testing.T) {
-	low, high, full := Range{0, 511}, Range{512, 1023}, FullRange(1023)
+	low, high, full := Range{0, 511}, Range{512, 1023}, fullRange(1023)
 	tests := []struct {
 		name                string
 		r, o                Range
@@ -212,7 +212,7 @@ func TestZKLeafRange(t *testing.T) {
 func TestZKRegistryCacheOutOfRange(t *testing.T) {
 	t.Parallel()
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "cache.json")}
-	must(t, "Save", cache.Save(CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: time.Now().UnixMilli() - 10_000, Registry: "zk /snowflake/down"}))
+	must(t, "Save", cache.Save(cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: time.Now().UnixMilli() - 10_000, Registry: "zk /snowflake/down"}))
 	r := openZK(t, zkConfig([]string{closedAddr(t)}, "down", "10.0.0.5:8080", zkRange(512, 1023), func(c *ZKRegistryConfig) {
 		c.SessionTimeout, c.Cache = time.Second, cache
 	}))

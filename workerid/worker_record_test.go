@@ -27,7 +27,7 @@ func TestGuardWorkerRecordUnderAnotherNodeID(t *testing.T) {
 
 	gen := &fakeGen{}
 	gen.setIssued(t0ms + 800) // borrowed ahead of the clock
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "old-host"
 		c.Lease = lease
 		c.Generator = gen
@@ -44,14 +44,14 @@ func TestGuardWorkerRecordUnderAnotherNodeID(t *testing.T) {
 
 	start := func(node string, id int64, clockAt time.Time) (int64, *snowflake.FakeClock, error) {
 		clock := snowflake.NewFakeClock(clockAt)
-		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		g, err := newGuard(guardConfig(func(c *GuardConfig) {
 			c.NodeID = node
 			c.Forever = forever
 			c.Cache = &CacheFile{Path: filepath.Join(t.TempDir(), node+".json")} // a new host: no cache file
 			c.Clock = clock
 			c.Logger = testutil.Logger(t)
 		}))
-		must(t, "NewGuard", err)
+		must(t, "newGuard", err)
 		floor, err := g.Start(ctx, staticLease{workerID: id})
 		return floor, clock, err
 	}
@@ -91,7 +91,7 @@ func TestGuardRecordCeilingSmallerBorrowMax(t *testing.T) {
 	cache := &CacheFile{Path: filepath.Join(t.TempDir(), "n1.json")}
 	gen := &fakeGen{}
 	gen.setIssued(t0ms + 9000) // borrowed 9 s ahead with --borrow-max 10s
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease = &fakeLease{id: 3}
 		c.Generator = gen
 		c.Forever = forever
@@ -105,7 +105,7 @@ func TestGuardRecordCeilingSmallerBorrowMax(t *testing.T) {
 	restart := func(what string) {
 		t.Helper()
 		clock := snowflake.NewFakeClock(t0.Add(time.Second)) // the record is 8 s ahead
-		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		g, err := newGuard(guardConfig(func(c *GuardConfig) {
 			c.NodeID = "n1"
 			c.Forever = forever
 			c.Cache = cache
@@ -114,7 +114,7 @@ func TestGuardRecordCeilingSmallerBorrowMax(t *testing.T) {
 			c.ReadTimeout = 300 * time.Millisecond
 			c.Logger = testutil.Logger(t)
 		}))
-		must(t, "NewGuard", err)
+		must(t, "newGuard", err)
 		floor, err := g.Start(ctx, &fakeLease{id: 3})
 		must(t, "Start with a smaller borrow-max "+what, err)
 		if floor != wantFloor {
@@ -162,7 +162,7 @@ func TestForeverRaiseWorker(t *testing.T) {
 func TestHeartbeatRetriesFailedBeatSoon(t *testing.T) {
 	gen := &fakeGen{}
 	lease := &fakeLease{id: 2}
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease = lease
 		c.Generator = gen
 	}))
@@ -188,10 +188,10 @@ func TestGuardOwnRecordOfAnotherWorkerID(t *testing.T) {
 	forever := openForever(t, env.js)
 	must(t, "Put", forever.Put(ctx, "n1", Record{WorkerID: 3, Timestamp: t0ms - 100, Ceiling: t0ms + 3900}))
 	start := func(clockAt time.Time, id int64) (int64, error) {
-		g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+		g, err := newGuard(guardConfig(func(c *GuardConfig) {
 			c.NodeID, c.Forever, c.Clock, c.Logger = "n1", forever, snowflake.NewFakeClock(clockAt), testutil.Logger(t)
 		}))
-		must(t, "NewGuard", err)
+		must(t, "newGuard", err)
 		return g.Start(ctx, &fakeLease{id: id})
 	}
 	floor, err := start(t0, 4)
@@ -225,7 +225,7 @@ func TestGuardCleanStopRecordSetsTheFloor(t *testing.T) {
 			lease := &fakeLease{id: 9}
 			cache := &CacheFile{Path: filepath.Join(t.TempDir(), "n1.json")}
 			clock := snowflake.NewFakeClock(t0)
-			h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+			h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 				c.Lease, c.Generator, c.Forever, c.Cache, c.Clock = lease, &fakeGen{}, forever, cache, clock
 			}))
 			must(t, "Beat", h.Beat(ctx))
@@ -236,10 +236,10 @@ func TestGuardCleanStopRecordSetsTheFloor(t *testing.T) {
 				must(t, "stop", stop())
 				last = t0ms + 1000
 			}
-			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			g, err := newGuard(guardConfig(func(c *GuardConfig) {
 				c.NodeID, c.Forever, c.Cache, c.Clock, c.Logger = "n1", forever, cache, clock, testutil.Logger(t)
 			}))
-			must(t, "NewGuard", err)
+			must(t, "newGuard", err)
 			floor, err := g.Start(ctx, &fakeLease{id: 9, recorded: last})
 			must(t, "Start", err)
 			if floor != last+tt.wantGap {

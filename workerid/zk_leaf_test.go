@@ -181,7 +181,7 @@ func TestZKRegistryCacheThenZooKeeperBack(t *testing.T) {
 	must(t, "Release", l.Release(testutil.Context(t, 5*time.Second), 1000))
 	first.Close()
 	cfg.Cache = &CacheFile{Path: filepath.Join(t.TempDir(), "cache.json")}
-	must(t, "Save", cfg.Cache.Save(CacheEntry{NodeID: "n1", WorkerID: l.WorkerID(), Timestamp: 2000, Registry: "zk /snowflake/back"}))
+	must(t, "Save", cfg.Cache.Save(cacheEntry{NodeID: "n1", WorkerID: l.WorkerID(), Timestamp: 2000, Registry: "zk /snowflake/back"}))
 
 	srv.Stop()
 	down := openZK(t, cfg)

@@ -74,7 +74,7 @@ func (r *ZKRegistry) belowRange(seq int64, what string) error {
 
 // checkCached refuses a cache-file worker ID that another registry issued (or that does
 // not say which registry did), and one outside the range.
-func (r *ZKRegistry) checkCached(e CacheEntry) error {
+func (r *ZKRegistry) checkCached(e cacheEntry) error {
 	switch {
 	case e.Registry == "":
 		return fmt.Errorf("%w: %w: cache file %s (worker ID %d) does not say which registry issued its worker ID (written by an earlier version), so it cannot stand in for %s; start once with ZooKeeper reachable",

@@ -87,7 +87,7 @@ func TestZKRecycleHeartbeatSuspendsBeforeExpiry(t *testing.T) {
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.1:8080", zkRecycle(ttl)))
 	lease := zkAcquire(t, r)
 	gen := &fakeGen{}
-	hb, err := NewHeartbeat(heartbeatConfig(func(c *HeartbeatConfig) {
+	hb, err := newHeartbeat(heartbeatConfig(func(c *HeartbeatConfig) {
 		c.NodeID = "n1"
 		c.Lease = lease
 		c.Generator = gen
@@ -95,7 +95,7 @@ func TestZKRecycleHeartbeatSuspendsBeforeExpiry(t *testing.T) {
 		c.WriteTimeout = 200 * time.Millisecond
 		c.Logger = testutil.Logger(t)
 	}))
-	must(t, "NewHeartbeat", err)
+	must(t, "newHeartbeat", err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- hb.Run(ctx) }()

@@ -85,7 +85,7 @@ func DefaultZKRegistryConfig() ZKRegistryConfig {
 		TTL:            DefaultLeaseTTL,
 		MaxWorkerID:    DefaultMaxWorkerID,
 		SessionTimeout: DefaultZKSessionTimeout,
-		ReplaceAfter:   DefaultZKReplaceAfter,
+		ReplaceAfter:   defaultZKReplaceAfter,
 	}
 }
 

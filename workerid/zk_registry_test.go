@@ -108,23 +108,23 @@ func TestZKRegistryDownAtStart(t *testing.T) {
 	tests := []struct {
 		name    string
 		recycle bool
-		cache   *CacheEntry
+		cache   *cacheEntry
 		wantErr error  // from Acquire
 		wantMsg string // in Acquire's error
 		guard   error  // from Guard.Start
 	}{
 		{name: "ErrZKUnavailable without cache file", wantErr: ErrZKUnavailable},
-		{name: "OK from cache file behind the clock", cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/down"}},
-		{name: "ErrClockBehindRecord from cache file ahead of the clock", cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now + 60_000, Registry: "zk /snowflake/down"}, guard: ErrClockBehindRecord},
-		{name: "ErrZKUnavailable in recycle mode", recycle: true, cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/down"}, wantErr: ErrZKUnavailable},
+		{name: "OK from cache file behind the clock", cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/down"}},
+		{name: "ErrClockBehindRecord from cache file ahead of the clock", cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now + 60_000, Registry: "zk /snowflake/down"}, guard: ErrClockBehindRecord},
+		{name: "ErrZKUnavailable in recycle mode", recycle: true, cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/down"}, wantErr: ErrZKUnavailable},
 		// Issue 21: a worker ID is trusted only by the registry that issued it.
-		{name: "ErrCacheOtherRegistry from the KV registry", cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "kv leaf_leases"},
+		{name: "ErrCacheOtherRegistry from the KV registry", cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "kv leaf_leases"},
 			wantErr: ErrCacheOtherRegistry, wantMsg: `holds worker ID 7 from registry "kv leaf_leases", not this one ("zk /snowflake/down")`},
-		{name: "ErrCacheOtherRegistry from another ZooKeeper name", cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/leaf-prod"},
+		{name: "ErrCacheOtherRegistry from another ZooKeeper name", cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/leaf-prod"},
 			wantErr: ErrCacheOtherRegistry, wantMsg: `from registry "zk /snowflake/leaf-prod"`},
-		{name: "ErrCacheOtherRegistry from recycle mode", cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/down (recycle)"},
+		{name: "ErrCacheOtherRegistry from recycle mode", cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000, Registry: "zk /snowflake/down (recycle)"},
 			wantErr: ErrCacheOtherRegistry, wantMsg: "start with ZooKeeper reachable"},
-		{name: "ErrCacheOtherRegistry from an entry without a registry", cache: &CacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000},
+		{name: "ErrCacheOtherRegistry from an entry without a registry", cache: &cacheEntry{NodeID: "n1", WorkerID: 7, Timestamp: now - 10_000},
 			wantErr: ErrCacheOtherRegistry, wantMsg: "does not say which registry issued its worker ID (written by an earlier version), so it cannot stand in for zk /snowflake/down; start once with ZooKeeper reachable"},
 	}
 	for _, tt := range tests {
@@ -149,12 +149,12 @@ func TestZKRegistryDownAtStart(t *testing.T) {
 			if err := l.Renew(testutil.Context(t, 5*time.Second), now); err == nil {
 				t.Fatal("Renew with ZooKeeper down = nil, want an error")
 			}
-			g, err := NewGuard(guardConfig(func(c *GuardConfig) {
+			g, err := newGuard(guardConfig(func(c *GuardConfig) {
 				c.NodeID = "n1"
 				c.Cache = cache
 				c.Logger = testutil.Logger(t)
 			}))
-			must(t, "NewGuard", err)
+			must(t, "newGuard", err)
 			_, err = g.Start(testutil.Context(t, 10*time.Second), l)
 			if tt.guard != nil {
 				wantErrIs(t, "Guard.Start", err, tt.guard)

@@ -25,10 +25,10 @@ import (
 
 // ZooKeeper client supervision defaults.
 const (
-	// DefaultZKReplaceAfter is how long the client may go without a session before it is
+	// defaultZKReplaceAfter is how long the client may go without a session before it is
 	// replaced (ZKRegistryConfig.ReplaceAfter). go-zk itself retries the servers every
 	// second, so a client that is fine reconnects well within it once ZooKeeper is back.
-	DefaultZKReplaceAfter = 2 * time.Second
+	defaultZKReplaceAfter = 2 * time.Second
 	// zkHandshakeMax is how long a client may sit connected without a session (its
 	// handshake unanswered, as by a server that accepts connections before it serves)
 	// before it is replaced: a handshake takes milliseconds.
@@ -44,7 +44,7 @@ const (
 
 // zkReplaceRetry spaces the replacements of a client that stays without a session (while
 // ZooKeeper is down, every new client fails too); the floor is ReplaceAfter.
-var zkReplaceRetry = backoff.Policy{Min: DefaultZKReplaceAfter, Max: 4 * time.Second, Jitter: 0.25}
+var zkReplaceRetry = backoff.Policy{Min: defaultZKReplaceAfter, Max: 4 * time.Second, Jitter: 0.25}
 
 // errSessionClosed is what replace returns once the registry is closed.
 var errSessionClosed = errors.New("ZooKeeper registry closed")

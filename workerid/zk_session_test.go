@@ -215,7 +215,7 @@ func TestZKLeafRestartTakesOverOwnSession(t *testing.T) {
 
 	crashed := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.5:8080", withCache, long))
 	lease := zkAcquire(t, crashed)
-	h := newHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
+	h := testHeartbeat(t, heartbeatConfig(func(c *HeartbeatConfig) {
 		c.Lease, c.Generator, c.Cache = lease, &fakeGen{}, cache
 	}))
 	must(t, "Beat", h.Beat(testutil.Context(t, 10*time.Second)))

@@ -16,7 +16,7 @@ import (
 
 // Leaf's layout keeps one ephemeral alive node per ip:port (zk_leaf.go) so that two
 // processes never run as one ip:port. Its data carries this node's owner token, a random
-// value kept in the node's cache file (CacheEntry.Owner) from one run to the next. An
+// value kept in the node's cache file (cacheEntry.Owner) from one run to the next. An
 // alive node left by an earlier session (this process's own before its client was
 // replaced, or the run before a crash or kill -9) that carries the token of this node's
 // cache file is this node's: it is taken over at once instead of waited out for a session

@@ -16,11 +16,11 @@ import (
 const zkWatchRetry = 250 * time.Millisecond
 
 var (
-	_ LeaseWatcher = (*zkRecycleLease)(nil)
-	_ LeaseWatcher = (*zkForeverLease)(nil)
+	_ leaseWatcher = (*zkRecycleLease)(nil)
+	_ leaseWatcher = (*zkForeverLease)(nil)
 )
 
-// Watch implements LeaseWatcher for recycle mode with a ZooKeeper watch on the lease
+// Watch implements leaseWatcher for recycle mode with a ZooKeeper watch on the lease
 // node. The node found deleted while the session that held it is alive (only a delete
 // does that: ZooKeeper removes it itself only with its session), or rewritten with
 // another holder's token, is a loss at once; a deletion is judged by reading the node
@@ -129,7 +129,7 @@ func (l *zkRecycleLease) look(ctx context.Context, arm bool) (<-chan zk.Event, e
 	return events, nil
 }
 
-// Watch implements LeaseWatcher for Leaf's layout with a ZooKeeper watch on this
+// Watch implements leaseWatcher for Leaf's layout with a ZooKeeper watch on this
 // ip:port's node under forever/: the node deleted is a loss at once, since the worker
 // ID is its sequence number and the next start would register under a new one. The ID
 // is this node's for good, and Leaf's layout runs on without ZooKeeper (it even starts
