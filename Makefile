@@ -82,8 +82,10 @@ fmt:
 # test: every package against real servers, with the race detector; the Kubernetes
 # manifests' checks (deploy/kubernetes, a module of its own: k8s.io stays out of go.mod);
 # then the allocation tests, which the race detector's own allocations make skip,
-# without it; then every fuzz target for a count of inputs. The suite is kept well under
-# 20 minutes on 2 cores; the timeout is the backstop for a hang.
+# without it; then every fuzz target for a count of inputs; then the Node.js client's
+# tests (test-js). The suite is kept under 8 minutes on 2 cores (5m40s on 2026-11-29):
+# four test binaries run at once (-p 4), since most packages spend their time waiting on
+# the servers they start; the timeout is the backstop for a hang.
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 4 -timeout 25m ./...
