@@ -27,6 +27,7 @@ type hangProxy struct {
 
 	mu      sync.Mutex
 	forward bool
+	hung    int // connections accepted while not forwarding, their handshake dropped
 	conns   []net.Conn
 	wg      sync.WaitGroup
 }
@@ -52,6 +53,13 @@ func startHangProxy(tb testing.TB, target string) *hangProxy {
 
 func (p *hangProxy) Addr() string { return p.ln.Addr().String() }
 
+// hungConns is how many connections the proxy took in while hanging them.
+func (p *hangProxy) hungConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hung
+}
+
 func (p *hangProxy) setForward() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -68,6 +76,7 @@ func (p *hangProxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c)
 		if !p.forward {
+			p.hung++
 			p.wg.Add(1)
 			go func() { // read and drop: the handshake is never answered
 				defer p.wg.Done()
@@ -122,8 +131,11 @@ func TestZKRegistryReplacesStuckClient(t *testing.T) {
 	name := zkTestName(t, srv, conn)
 	proxy := startHangProxy(t, srv.Addr())
 	r := openZK(t, zkConfig([]string{proxy.Addr()}, name, "10.0.0.5:8080"))
+	// Connected is the client's side; the proxy may not have called Accept yet (the
+	// kernel completes the connection first). Forwarding before it hung the connection
+	// would let the handshake through, and nothing would be stuck.
 	testutil.Eventually(t, 5*time.Second, "the client to connect and wait for its handshake", func() bool {
-		return r.conn.State() == zk.StateConnected
+		return r.conn.State() == zk.StateConnected && proxy.hungConns() > 0
 	})
 	proxy.setForward()
 	runRegistry(t, r)
