@@ -226,7 +226,22 @@ func TestNATSConfigRoles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// The server counts a connection's published message after it has delivered it,
+		// so the last reply can reach the client before its publisher's count moves: wait
+		// (bounded) for the counts rather than read them once.
+		counted := func(after map[uint64]servingConn) bool {
+			for cid, a := range after {
+				if b := before[cid]; a.delivered-b.delivered < n || a.published-b.published < n {
+					return false
+				}
+			}
+			return true
+		}
 		after := serviceSubs(t, d.embedded)
+		for deadline := time.Now().Add(5 * time.Second); !counted(after) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			after = serviceSubs(t, d.embedded)
+		}
 		if len(after) != 1 {
 			t.Fatalf("connections subscribed to leaf.segment.* in queue group leaf: %+v, want one", after)
 		}
