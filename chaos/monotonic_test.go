@@ -92,9 +92,18 @@ func (w *world) markMonotonic(tag string, nodes []string) {
 	w.t.Helper()
 	on := true
 	b, _ := json.Marshal(wire.UpdateTagRequest{Tag: tag, Monotonic: &on})
-	msg, err := w.nc.Request(wire.Subjects{Prefix: wire.DefaultPrefix}.AdminTags("update"), b, 10*time.Second)
-	if err == nil {
-		err = wire.ReplyError(msg.Header.Get(wire.ServiceErrorCodeHeader), msg.Header.Get(wire.ServiceErrorHeader))
+	// A 503 means "not now" (PROTOCOL.md): the dispenser the queue group picked may still
+	// be loading its marks. Ask again, within a bound, as a client must.
+	var msg *nats.Msg
+	var err error
+	for again := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		msg, err = w.nc.Request(wire.Subjects{Prefix: wire.DefaultPrefix}.AdminTags("update"), b, 10*time.Second)
+		if err == nil {
+			err = wire.ReplyError(msg.Header.Get(wire.ServiceErrorCodeHeader), msg.Header.Get(wire.ServiceErrorHeader))
+		}
+		if !errors.Is(err, wire.ErrUnavailable) || time.Now().After(again) {
+			break
+		}
 	}
 	var info wire.TagInfo
 	if err == nil {
