@@ -31,8 +31,9 @@ type scenario struct {
 	warmup time.Duration
 	quiet  time.Duration // between faults
 	faults []fault
-	// recoveryMax is the longest time from a fault's end to full service accepted;
-	// 0 only reports it.
+	// recoveryMax is the longest time from a fault's end to full service accepted, not
+	// counting the wait of a node restarted after kill -9 for its clock to pass its last
+	// ceiling (up to 6 s by default, by design; reported); 0 only reports it.
 	recoveryMax time.Duration
 }
 
@@ -153,8 +154,8 @@ func judge(t *testing.T, sc scenario, rep report) {
 		switch {
 		case !r.recovered:
 			t.Errorf("%s: no full service within %s of its end: %s", r.name, r.recoveryTimeout, r.notRecovered)
-		case sc.recoveryMax > 0 && r.recovery() > sc.recoveryMax:
-			t.Errorf("%s: full service %s after its end, want within %s", r.name, r.recovery().Round(time.Millisecond), sc.recoveryMax)
+		case sc.recoveryMax > 0 && r.beyondDesign() > sc.recoveryMax:
+			t.Errorf("%s: full service %s after its end%s, want within %s beyond the designed wait", r.name, r.recovery().Round(time.Millisecond), r.designedNote(), sc.recoveryMax)
 		}
 		if len(r.after) > 0 {
 			t.Errorf("%s: requests failed after its end: %s", r.name, codes(r.after))

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ type result struct {
 	strict          bool
 	start, end      time.Time
 	served          time.Time
+	floor           time.Time // the latest clock floor a node restarted by the fault waited for
 	recovered       bool
 	notRecovered    string
 	during, after   map[string]int // failed requests by kind and code
@@ -49,6 +51,29 @@ type result struct {
 
 // recovery is the time from the fault's end to full service.
 func (r result) recovery() time.Duration { return r.served.Sub(r.end) }
+
+// designedWait is the part of recovery that a restarted node spent waiting for its clock
+// to pass its worker ID's last ceiling, which it does by design: after kill -9 nothing
+// vouches for the timestamps its last run issued below the ceiling it wrote.
+func (r result) designedWait() time.Duration {
+	if r.floor.After(r.end) {
+		return min(r.floor.Sub(r.end), r.recovery())
+	}
+	return 0
+}
+
+// designedNote says how much of the recovery was the designed wait, if any.
+func (r result) designedNote() string {
+	if d := r.designedWait(); d > 0 {
+		return fmt.Sprintf(" (%s of it a restarted node waiting for its clock to pass its last ceiling, by design; %s beyond)",
+			d.Round(time.Millisecond), r.beyondDesign().Round(time.Millisecond))
+	}
+	return ""
+}
+
+// beyondDesign is the time from the fault's end, or from the last floor a restarted node
+// waited for if later, to full service: what a recovery bound holds.
+func (r result) beyondDesign() time.Duration { return r.recovery() - r.designedWait() }
 
 // settle is how long after full service the run still counts failures as the fault's.
 const settle = 2 * time.Second
@@ -72,6 +97,11 @@ func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) res
 	}
 	l.setPhase(after)
 	r.served, r.recovered, r.notRecovered = w.waitFullService(nodes, r.recoveryTimeout)
+	for _, n := range nodes {
+		if at := w.floorSince(n, r.start); at.After(r.floor) {
+			r.floor = at
+		}
+	}
 	time.Sleep(settle)
 	l.setPhase("steady")
 	time.Sleep(time.Until(r.start.Add(f.monoWindow)))
@@ -82,8 +112,8 @@ func inject(w *world, l *load, f fault, nodes []string, quiet time.Duration) res
 	r.samples = append(r.samples, afterSamples...)
 	r.gapsDuring, r.gapsAfter = l.gapsIn(during), l.gapsIn(after)
 	r.requestsDuring, r.requestsAfter = l.requestsIn(during), l.requestsIn(after)
-	w.t.Logf("chaos: %s over; full service %s after its end; longest gap without a %s reply %s",
-		r.name, r.recovery().Round(time.Millisecond), monoTag, r.mono.gap.Round(time.Millisecond))
+	w.t.Logf("chaos: %s over; full service %s after its end%s; longest gap without a %s reply %s",
+		r.name, r.recovery().Round(time.Millisecond), r.designedNote(), monoTag, r.mono.gap.Round(time.Millisecond))
 	time.Sleep(quiet)
 	return r
 }

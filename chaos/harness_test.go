@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -156,6 +157,8 @@ type proc struct {
 	cmd     *exec.Cmd
 	log     *os.File
 	logPath string
+	logFrom int64 // where this run's lines begin in logPath (the file is appended to)
+	started time.Time
 	done    chan struct{}
 	expect  bool // the harness stops or kills it: an exit is no news
 }
@@ -168,6 +171,10 @@ func (w *world) start(n node) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	var logFrom int64
+	if fi, err := f.Stat(); err == nil {
+		logFrom = fi.Size()
+	}
 	cmd := exec.Command(w.bin, w.args(n)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -175,7 +182,7 @@ func (w *world) start(n node) {
 		f.Close()
 		w.t.Fatalf("start %s: %v", n.name, err)
 	}
-	p := &proc{node: n, cmd: cmd, log: f, logPath: logPath, done: make(chan struct{})}
+	p := &proc{node: n, cmd: cmd, log: f, logPath: logPath, logFrom: logFrom, started: time.Now(), done: make(chan struct{})}
 	w.mu.Lock()
 	if _, ok := w.procs[n.name]; !ok {
 		w.order = append(w.order, n.name)
@@ -310,6 +317,35 @@ func (w *world) grepLogs(s string) map[string]int {
 		}
 	}
 	return out
+}
+
+// floorPattern finds the floor in the clock guard's line "waiting ... for the clock to pass
+// the last record's limit ... floor=<time>": a dispenser that takes a worker ID whose
+// records allow timestamps ahead of its clock (its own run killed with -9 a moment ago)
+// waits until its clock passes them before it serves, by design (docs/operations.md, "The
+// snowflake ceiling and restarts").
+var floorPattern = regexp.MustCompile(`for the clock to pass the last record.* floor=(\S+)`)
+
+// floorSince is the latest floor that a run of name started at or after since waited
+// for; zero when none did.
+func (w *world) floorSince(name string, since time.Time) time.Time {
+	w.mu.Lock()
+	p := w.procs[name]
+	w.mu.Unlock()
+	if p == nil || p.started.Before(since) {
+		return time.Time{}
+	}
+	b, err := os.ReadFile(p.logPath)
+	if err != nil || int64(len(b)) < p.logFrom {
+		return time.Time{}
+	}
+	var latest time.Time
+	for _, m := range floorPattern.FindAllSubmatch(b[p.logFrom:], -1) {
+		if at, err := time.Parse("2006-01-02T15:04:05.000Z07:00", string(m[1])); err == nil && at.After(latest) {
+			latest = at
+		}
+	}
+	return latest
 }
 
 // waitCtx is a context for one bounded wait of the harness.

@@ -42,11 +42,11 @@ func (r report) String() string {
 	var worstSeg, worstSF, worstMono time.Duration
 	for _, res := range r.results {
 		fmt.Fprintf(&b, "  - %s\n", res.name)
-		rec := res.recovery().Round(time.Millisecond).String()
+		rec := res.recovery().Round(time.Millisecond).String() + " after its end" + res.designedNote()
 		if !res.recovered {
-			rec = "NOT within " + res.recoveryTimeout.String() + ": " + res.notRecovered
+			rec = "NOT within " + res.recoveryTimeout.String() + " of its end: " + res.notRecovered
 		}
-		fmt.Fprintf(&b, "      lasted %s; full service %s after its end\n", res.end.Sub(res.start).Round(time.Millisecond), rec)
+		fmt.Fprintf(&b, "      lasted %s; full service %s\n", res.end.Sub(res.start).Round(time.Millisecond), rec)
 		fmt.Fprintf(&b, "      failed requests while it lasted: %s of %d; after its end: %s of %d\n",
 			codes(res.during), res.requestsDuring, codes(res.after), res.requestsAfter)
 		fmt.Fprintf(&b, "      longest gap without service: segment %s, snowflake %s (while it lasted); %s, %s (after)\n",

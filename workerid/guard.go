@@ -280,8 +280,10 @@ func (g *Guard) Start(ctx context.Context, lease Lease) (floor int64, err error)
 
 	floor = g.limit(rec)
 	if now = g.cfg.Clock.Now().UnixMilli(); now <= floor {
-		log.Info(fmt.Sprintf("waiting %s past the last record (%s from %s) plus heartbeat interval %s and borrow-max %s",
-			msDuration(floor-now+1), fmtMs(rec.ts), rec.name, g.cfg.HeartbeatInterval, g.borrowed(rec)),
+		// The floor is the record's ceiling when it has one (interval, borrow-max and
+		// the lead past it), or the record plus this node's interval and borrow-max.
+		log.Info(fmt.Sprintf("waiting %s for the clock to pass the last record's limit (%s from %s; %s past it)",
+			msDuration(floor-now+1), fmtMs(rec.ts), rec.name, msDuration(floor-rec.ts)),
 			"floor", fmtMs(floor))
 	}
 	if err := waitPast(ctx, g.cfg.Clock, floor); err != nil {

@@ -207,7 +207,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 		time.Sleep(time.Second)
 		b.cmd.Process.Kill()
 		wg.Wait()
-		if life == 2 && !strings.Contains(b.stderr.String(), "past the last record") {
+		if life == 2 && !strings.Contains(b.stderr.String(), "for the clock to pass the last record") {
 			t.Errorf("the restarted dispenser did not wait past its record:\n%s", b.stderr.String())
 		}
 	}
