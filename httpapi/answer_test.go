@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -42,6 +44,12 @@ func dialTiny(t *testing.T, addr string) net.Conn {
 // and metrics, with edit applied to the configuration.
 func segmentServer(t *testing.T, edit func(*httpapi.Config)) (*httpapi.Server, string) {
 	t.Helper()
+	return segmentServerOn(t, nil, edit)
+}
+
+// segmentServerOn is segmentServer on ln (nil: its own listener).
+func segmentServerOn(t *testing.T, ln net.Listener, edit func(*httpapi.Config)) (*httpapi.Server, string) {
+	t.Helper()
 	segs, _ := newSegments(t, segment.Tag{Name: "orders", MaxID: 1_000_000_000_000, Step: 1_000_000})
 	m, err := metrics.New(metrics.Config{})
 	if err != nil {
@@ -53,7 +61,7 @@ func segmentServer(t *testing.T, edit func(*httpapi.Config)) (*httpapi.Server, s
 	if edit != nil {
 		edit(&cfg)
 	}
-	return startServer(t, cfg)
+	return startServerOn(t, cfg, ln)
 }
 
 // TestSlowBodiesDoNotCount: clients that send their bodies slowly take no room among
@@ -96,30 +104,45 @@ func TestSlowBodiesDoNotCount(t *testing.T) {
 // answers share MaxAnswerBytes: beyond it a large answer is a 503 at once, while small
 // answers go on.
 func TestSlowReadersDoNotCount(t *testing.T) {
-	_, addr := segmentServer(t, func(c *httpapi.Config) { c.MaxInFlight, c.MaxAnswerBytes = 5, 1<<20 })
-	// Five slow readers, each with 40 requests for 10,000 IDs in a row (140 KB each:
-	// together more than the kernel buffers of a connection hold unread, 4 MB here), so
-	// that each ends up blocked writing one; five such answers fit the budget of 1 MB.
+	// The server's connections get a send buffer of a few KB (a listener's socket
+	// options pass to the connections it accepts, and a set size stops the kernel's
+	// growing it): with the reader's tiny receive buffer, each reader's first 140 KB
+	// answer blocks for good, holding its share of the budget. With buffers the kernel
+	// grows (to 4 MB here), each reader's first answers complete one after another
+	// instead, each counted as in progress while it is made, and a reading of the
+	// budget says nothing of the next moment (under load, /metrics itself was turned
+	// away and a large answer served with the budget read as spent).
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := segmentServerOn(t, ln, func(c *httpapi.Config) { c.MaxInFlight, c.MaxAnswerBytes = 5, 1<<20 })
+	// Five slow readers, each with 40 requests for 10,000 IDs in a row (140 KB each),
+	// each blocked writing its first; five such answers fit the budget of 1 MB.
 	pipelined := strings.Repeat("GET /api/segment/get/orders?count=10000 HTTP/1.1\r\nHost: leaf\r\n\r\n", 40)
 	for range 5 {
 		io.WriteString(dialTiny(t, addr), pipelined)
 	}
-	testutil.Eventually(t, 30*time.Second, "five large answers being written", func() bool {
-		return value(t, testutil.Scrape(t, "http://"+addr+"/metrics"), "leafbus_http_answer_bytes", nil) >= 5*139_999
-	})
+	waitAnswerBytes(t, addr, "five large answers being written", 5*139_999)
 	for i := range 20 {
 		status, body := get(t, "http://"+addr+"/api/segment/get/orders")
 		if status != http.StatusOK {
 			t.Fatalf("GET %d beside 5 slow readers with MaxInFlight 5: %d %q, want 200", i, status, body)
 		}
 	}
-	// Ten more slow readers: the budget runs out, and the rest are told so at once.
+	// Five more slow readers: two more answers fit (seven hold 980 KB for good), then the
+	// budget is spent, and the rest are told so at once.
 	for range 5 {
 		io.WriteString(dialTiny(t, addr), pipelined)
 	}
-	testutil.Eventually(t, 30*time.Second, "the budget spent", func() bool {
-		return value(t, testutil.Scrape(t, "http://"+addr+"/metrics"), "leafbus_http_answer_bytes", nil) >= 1<<20-139_999
-	})
+	waitAnswerBytes(t, addr, "the budget spent", 1<<20-139_999)
 	a := raw(t, addr, "GET", "/api/segment/get/orders?count=10000", nil, "")
 	if a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "large answers already being written") {
 		t.Errorf("a large answer with the budget spent: %d %.200q, want 503 naming the budget", a.status, a.body)
@@ -127,6 +150,29 @@ func TestSlowReadersDoNotCount(t *testing.T) {
 	if status, _ := get(t, "http://"+addr+"/api/segment/get/orders?count=100"); status != http.StatusOK {
 		t.Errorf("a small answer with the budget spent: %d, want 200", status)
 	}
+}
+
+// waitAnswerBytes waits until the server's gauge of large answers being written reaches
+// least. /metrics counts among the requests in progress like any other, so while slow
+// readers' requests are being made it may be turned away: that is asked again.
+func waitAnswerBytes(t *testing.T, addr, what string, least float64) {
+	t.Helper()
+	last := "no scrape"
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s: last seen %s", what, last)
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, what, func() bool {
+		fams, status, body := testutil.TryScrape(t, "http://"+addr+"/metrics")
+		if status != http.StatusOK {
+			last = fmt.Sprintf("/metrics answered %d %q", status, body)
+			return false
+		}
+		v := value(t, fams, "leafbus_http_answer_bytes", nil)
+		last = fmt.Sprintf("leafbus_http_answer_bytes %.0f", v)
+		return v >= least
+	})
 }
 
 // TestReadyzSaturated: a request turned away at MaxInFlight makes /readyz say the node

@@ -70,6 +70,12 @@ func sfID(worker, seq int64) int64 {
 // and returns the address.
 func startServer(tb testing.TB, cfg httpapi.Config) (*httpapi.Server, string) {
 	tb.Helper()
+	return startServerOn(tb, cfg, nil)
+}
+
+// startServerOn is startServer on ln (nil: the server binds 127.0.0.1:0 itself).
+func startServerOn(tb testing.TB, cfg httpapi.Config, ln net.Listener) (*httpapi.Server, string) {
+	tb.Helper()
 	if cfg.Core == nil {
 		cfg.Core = coreOf(tb, nil) // no sources: every ID request a 503
 	}
@@ -80,7 +86,12 @@ func startServer(tb testing.TB, cfg httpapi.Config) (*httpapi.Server, string) {
 	if err != nil {
 		tb.Fatalf("httpapi.New: %v", err)
 	}
-	if err := srv.Listen(true); err != nil {
+	if ln != nil {
+		err = srv.UseListener(ln)
+	} else {
+		err = srv.Listen(true)
+	}
+	if err != nil {
 		tb.Fatalf("Listen: %v", err)
 	}
 	testutil.Run(tb, "http server", srv.Run)

@@ -304,6 +304,18 @@ func (s *Server) Listen(explicit bool) error {
 	return nil
 }
 
+// UseListener makes Run serve on ln, a listener the caller bound (with socket options of
+// its own, or handed over by a supervisor), instead of binding the server's address.
+func (s *Server) UseListener(ln net.Listener) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return fmt.Errorf("http: already listening on %s", s.ln.Addr())
+	}
+	s.ln = ln
+	return nil
+}
+
 // Addr is the bound address (after Listen), e.g. for a port chosen by the system.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()

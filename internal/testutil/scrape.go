@@ -16,6 +16,17 @@ import (
 // body not in the text format fails the test.
 func Scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
 	tb.Helper()
+	families, status, body := TryScrape(tb, url)
+	if status != http.StatusOK {
+		tb.Fatalf("GET %s: status %d: %s", url, status, body)
+	}
+	return families
+}
+
+// TryScrape is Scrape for a server that may turn the scrape away (a busy HTTP face): an
+// answer other than 200 is returned with its status and body, not failed.
+func TryScrape(tb testing.TB, url string) (families map[string]*dto.MetricFamily, status int, body string) {
+	tb.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		tb.Fatalf("GET %s: %v", url, err)
@@ -23,15 +34,15 @@ func Scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		tb.Fatalf("GET %s: status %d: %s", url, resp.StatusCode, b)
+		return nil, resp.StatusCode, string(b)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		tb.Fatalf("GET %s: Content-Type %q, want the text format", url, ct)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err = parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		tb.Fatalf("parse %s: %v", url, err)
 	}
-	return families
+	return families, resp.StatusCode, ""
 }
