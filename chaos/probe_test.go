@@ -32,7 +32,8 @@ type statsReply struct {
 					SuspendReason string `json:"suspend_reason"`
 				} `json:"clock"`
 				Monotonic struct {
-					Tags []monotonic.TagStats `json:"tags"`
+					Ready *bool                `json:"ready"` // nil: no monotonic tags here
+					Tags  []monotonic.TagStats `json:"tags"`
 				} `json:"monotonic"` // the segment endpoint's
 				Recovery struct {
 					InFault bool   `json:"in_fault"`
@@ -70,6 +71,12 @@ func (w *world) probe(want int, window time.Duration) map[string]health {
 		for _, e := range r.Endpoints {
 			src := e.Data.Source
 			if e.Name == "segment" {
+				// Until its marks are loaded a dispenser answers segment requests late and
+				// admin calls 503 (waitServing took such a node as serving, and the
+				// harness's mark of the monotonic tag was refused under load).
+				if r := src.Monotonic.Ready; r != nil && !*r && h.serving {
+					h.serving, h.why = false, "monotonic marks not loaded"
+				}
 				for _, ts := range src.Monotonic.Tags {
 					if ts.Tag == monoTag {
 						h.mono = ts

@@ -163,10 +163,14 @@ func TestHeartbeatTakesBackForgedWrites(t *testing.T) {
 	}
 	for i, fg := range forgeries {
 		fg.forge()
-		// Counted when judged, written back just after: wait for both.
+		// Counted when judged, written back just after, and the generator resumed once
+		// the write returned (it is suspended from the moment the beat finds the record
+		// moved): wait for all three. (Under load the test once asked between the write
+		// and the resume.)
 		testutil.Eventually(t, 10*time.Second, "the record taken back after the "+fg.name+" write", func() bool {
 			rec, err := f.GetWorker(ctx, 22)
-			return k.Stats().Reclaims > i && err == nil && rec.Instance == k.instance && !rec.Released
+			st := k.Stats()
+			return st.Reclaims > i && !st.Suspended && err == nil && rec.Instance == k.instance && !rec.Released
 		})
 		if _, err := gen.Next(); err != nil {
 			t.Fatalf("after the %s write: Next = %v, want issuing", fg.name, err)
