@@ -228,6 +228,9 @@ func newBuffer(kind wire.Kind, tag string, opts BufferOptions, fetch func(contex
 	if kind != wire.Segment && kind != wire.Snowflake {
 		return nil, fmt.Errorf("buffer kind %d: want wire.Segment or wire.Snowflake", kind)
 	}
+	if err := wire.CheckTag(tag); err != nil {
+		return nil, fmt.Errorf("buffer of %s IDs for %s: %w", kind, wire.Quote(tag), err)
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -148,12 +148,40 @@ func TestSharedCases(t *testing.T) {
 		}
 	}
 
+	mu.Lock()
+	lastToken = ""
+	mu.Unlock()
 	for _, tc := range cases.InvalidTags {
 		err := wire.CheckTag(tc.Tag)
 		if !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), tc.Reason) {
 			t.Errorf("CheckTag(%q) = %v, want a 400 saying %q", tc.Tag, err, tc.Reason)
 		}
+		// The client refuses it itself, as the Node.js client does: nothing is sent.
+		for call, f := range map[string]func() error{
+			"Segment":    func() error { _, err := c.Segment(ctx, tc.Tag); return err },
+			"SnowflakeN": func() error { _, err := c.SnowflakeN(ctx, tc.Tag, 3); return err },
+			"Buffer": func() error {
+				b, err := c.Buffer(wire.Segment, tc.Tag, client.BufferOptions{Batch: 10})
+				if err == nil {
+					b.Close()
+				}
+				return err
+			},
+			"NewConsumer": func() error { _, err := client.NewConsumer(ctx, nil, prefix, wire.Segment, tc.Tag); return err },
+		} {
+			if err := f(); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), tc.Reason) {
+				t.Errorf("%s(%q) = %v, want a 400 saying %q", call, tc.Tag, err, tc.Reason)
+			}
+		}
 	}
+	if err := responder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if lastToken != "" {
+		t.Errorf("an invalid tag was asked for on token %q, want it refused by the client", lastToken)
+	}
+	mu.Unlock()
 
 	for _, r := range cases.Replies {
 		ids, err := c.SegmentN(ctx, "case-"+r.Name, r.N)

@@ -18,7 +18,9 @@ import (
 // Client asks dispensers for IDs over NATS request/reply: the protocol of PROTOCOL.md
 // in Go. It is safe for concurrent use. Error replies come back as *Error, which
 // matches wire.ErrBadRequest, ErrNotFound, ErrConflict, ErrUnavailable and ErrInternal with
-// errors.Is; no dispenser running gives nats.ErrNoResponders.
+// errors.Is; no dispenser running gives nats.ErrNoResponders. A tag that no dispenser
+// accepts (wire.CheckTag: empty, too long, not UTF-8, a control character) is refused
+// before anything is sent, with the wire.ErrBadRequest a dispenser would answer.
 type Client struct {
 	nc      *nats.Conn
 	subj    wire.Subjects // PROTOCOL.md's subjects under the dispensers' prefix
@@ -139,6 +141,11 @@ func (c *Client) one(ctx context.Context, kind wire.Kind, tag string) (int64, er
 func (c *Client) ids(ctx context.Context, kind wire.Kind, tag string, n int, dst []int64) ([]int64, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: count %d: want at least 1", wire.ErrBadRequest, n)
+	}
+	// A tag no dispenser accepts is refused here, with the 400 a dispenser would give:
+	// sent, an empty tag is not a subject at all, and the rest cost a round trip.
+	if err := wire.CheckTag(tag); err != nil {
+		return nil, fmt.Errorf("%s IDs for %s: %w", kind, wire.Quote(tag), err)
 	}
 	// No nats.NewMsg: its header map is an allocation even when it stays empty.
 	msg := &nats.Msg{Subject: c.subj.IDs(kind, tag)}

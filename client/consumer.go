@@ -54,6 +54,9 @@ type Consumer struct {
 
 // NewConsumer looks up the pool's durable consumer in the stream of prefix.
 func NewConsumer(ctx context.Context, js jetstream.JetStream, prefix string, kind wire.Kind, tag string) (*Consumer, error) {
+	if err := wire.CheckTag(tag); err != nil {
+		return nil, fmt.Errorf("pool consumer of %s IDs for %s: %w", kind, wire.Quote(tag), err)
+	}
 	stream, name := wire.Subjects{Prefix: prefix}.PoolStream(), wire.PoolConsumer(kind, tag)
 	cons, err := js.Consumer(ctx, stream, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
