@@ -170,6 +170,7 @@ func TestBinaryKilledRestartNoRepeat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	dataDir := t.TempDir()
 	seen := map[wire.Kind]map[int64]bool{wire.Segment: {}, wire.Snowflake: {}}
 	var mu sync.Mutex

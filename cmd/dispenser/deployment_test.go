@@ -35,6 +35,7 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // while the dispenser of the old epoch runs, naming it; once that one stopped, the
 // record changes and a dispenser of the new epoch starts.
 func TestDeploymentCommand(t *testing.T) {
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	srv := testenv.StartNATS(t)
 	url := srv.URL()
 	oldLogs := &testutil.SyncBuffer{}

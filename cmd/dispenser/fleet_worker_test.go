@@ -314,6 +314,7 @@ func TestRaceToStartOnOneID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	srv := testenv.StartNATS(t)
 	for round := range 5 {
 		worker := fmt.Sprint(20 + round)

@@ -138,6 +138,7 @@ func TestBinaryMySQLStoreRewound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	dsn := testenv.MariaDB(t).NewDatabase(t)
 	db := leafDB(t, dsn, map[string]int{"orders": 100, "users": 100})
 	dir := t.TempDir()

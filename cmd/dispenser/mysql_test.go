@@ -267,6 +267,7 @@ func TestMySQLRowInsertedBySQL(t *testing.T) {
 // so their first segment never runs out; "dry" tags have step 5, so whatever their
 // dynamic step grew to, they hold at most a few hundred IDs when MariaDB stops.
 func TestMySQLOutage(t *testing.T) {
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	srv := testenv.StartMariaDB(t)
 	dsn := srv.NewDatabase(t)
 	rich := []string{"rich1", "rich2"}

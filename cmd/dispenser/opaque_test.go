@@ -163,6 +163,7 @@ func parseLines(t *testing.T, s string) []int64 {
 // tag from the deployment record. No ID comes twice, every reply is in the 53-bit range,
 // and single IDs in the order a client received them rise about half the time.
 func TestOpaqueFleet(t *testing.T) {
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	keyFile, wrongFile := writeKeyFile(t, deploymentKey), writeKeyFile(t, wrongKey)
 	f := startFleet(t, 3, "--id-key-file", keyFile)
 	ctx := testutil.Context(t, 3*time.Minute)

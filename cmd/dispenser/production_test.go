@@ -303,6 +303,7 @@ func TestProductionRunbook(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds three binaries and starts a cluster")
 	}
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	lines := readRunbook(t)
 	maria := testenv.StartMariaDB(t)
 	zk := testenv.StartZooKeeper(t)

@@ -165,6 +165,7 @@ func TestBinaryRollingUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary of an earlier commit")
 	}
+	t.Parallel() // its own servers and ports: it waits beside the others (make test's longest package)
 	began := time.Now()
 	old, err := buildOldDispenser()
 	if skip, ok := err.(errSkip); ok {
