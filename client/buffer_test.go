@@ -239,23 +239,28 @@ func TestBufferServesFromMemory(t *testing.T) {
 	}
 }
 
-// TestBufferErrors: a dispenser's error reply surfaces to Next, typed as the client's.
+// TestBufferErrors: a dispenser's error reply surfaces to Next, typed as the client's;
+// a tag no dispenser accepts is refused by Client.Buffer itself.
 func TestBufferErrors(t *testing.T) {
 	ns := startBufferDispenser(t)
 	nc := ns.Connect(t)
+	if _, err := newBufferClient(t, nc).Buffer(wire.Segment, "bad\ntag", bufferOptions(10, 2, 0)); !errors.Is(err, wire.ErrBadRequest) {
+		t.Fatalf("Client.Buffer of a tag with a newline = %v, want ErrBadRequest", err)
+	}
 	tests := []struct {
 		name    string
 		client  *client.Client
 		tag     string
+		batch   int
 		wantErr error
 	}{
-		{"ErrNotFound", newBufferClient(t, nc), "missing", wire.ErrNotFound},
-		{"ErrBadRequest", newBufferClient(t, nc), "bad\ntag", wire.ErrBadRequest},
-		{"ErrNoResponders", newBufferClient(t, nc, client.WithPrefix("nobody")), "orders", nats.ErrNoResponders},
+		{"ErrNotFound", newBufferClient(t, nc), "missing", 10, wire.ErrNotFound},
+		{"ErrBadRequest", newBufferClient(t, nc), "orders", wire.DefaultMaxBatch + 1, wire.ErrBadRequest}, // over the dispenser's --max-batch
+		{"ErrNoResponders", newBufferClient(t, nc, client.WithPrefix("nobody")), "orders", 10, nats.ErrNoResponders},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := bufferOptions(10, 2, 0)
+			opts := bufferOptions(tt.batch, 2, 0)
 			opts.RetryMax = 10 * time.Millisecond
 			b := mustBuffer(t, tt.client, wire.Segment, tt.tag, opts)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

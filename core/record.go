@@ -17,10 +17,11 @@ type Record interface {
 	SetRange(ctx context.Context, tag string, r wire.TagRange) error
 }
 
-// rangesKnown is what TagRanges may also offer (package monotonic's Manager does): nil
-// when every dispenser of the deployment knows tag ranges.
-type rangesKnown interface {
-	RangesKnown(ctx context.Context) error
+// rangesServable is what TagRanges may also offer (package monotonic's Manager does):
+// nil when every dispenser of the deployment can serve r (knows tag ranges and, for an
+// opaque r, holds its key).
+type rangesServable interface {
+	CanServeRange(ctx context.Context, r wire.TagRange) error
 }
 
 // setMonotonic writes tag's mark and the record, in the order that never leaves a mark
@@ -52,10 +53,11 @@ func (c *Core) recordMark(ctx context.Context, tag string, on bool) error {
 // setRange writes tag's range to the record first, then to its home (which returns once
 // every dispenser serves it): the record is how a dispenser that remembers nothing
 // learns the range of an opaque tag whose value was lost, so it must never lack one that
-// is served. Nothing is written while a dispenser knows no ranges.
+// is served. Nothing is written while a dispenser cannot serve the range (knows no ranges,
+// or lacks an opaque range's key).
 func (c *Core) setRange(ctx context.Context, tag string, r wire.TagRange) error {
-	if k, ok := c.cfg.TagRanges.(rangesKnown); ok {
-		if err := k.RangesKnown(ctx); err != nil {
+	if k, ok := c.cfg.TagRanges.(rangesServable); ok {
+		if err := k.CanServeRange(ctx, r); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/leafbus/leafbus/core"
 	"github.com/leafbus/leafbus/metrics"
 	"github.com/leafbus/leafbus/monotonic"
+	"github.com/leafbus/leafbus/opaque"
 )
 
 // Monotonic tags (PROTOCOL.md "Monotonic tags"): the Manager is built after the segment
@@ -56,6 +57,9 @@ func (d *Dispenser) newMonotonic(ctx context.Context) error {
 	mc.MemoryFile = filepath.Join(cfg.DataDir, MonotonicTagsFileName)
 	mc.ServiceID = func() string { return d.svc.Info().ID }
 	mc.SegmentMarks = d.marks // a tag never served here needs no settling when marked
+	if d.idKey != nil {
+		mc.IDKey = opaque.Fingerprint(d.idKey) // idkey.go
+	}
 	mono, err := monotonic.New(ctx, mc)
 	if err != nil {
 		return fmt.Errorf("monotonic tags: %w", err)

@@ -47,6 +47,11 @@ type Config struct {
 	// (memory.go). It is created when missing; a damaged one fails New. Required.
 	MemoryFile string
 
+	// IDKey is the fingerprint of the ID key of opaque tags this dispenser holds
+	// (opaque.Fingerprint; "" without one), published in its presence record: a range of
+	// an opaque tag is written only while every dispenser with a record holds its key.
+	IDKey string
+
 	// SegmentMarks are this dispenser's segment high-water marks (segment.Config.Marks):
 	// a tag with a mark is one it may have served as an ordinary tag, and may still be
 	// answering an ordinary request of. A tag marked while the dispensers run is led

@@ -118,6 +118,7 @@ func (e *env) startNode(name string, proxy bool, tweak func(*Config)) *node {
 	cfg.MemoryFile = filepath.Join(e.dataDir(name), "monotonic.tags")
 	cfg.ServiceID = func() string { return n.svc.Info().ID }
 	cfg.SegmentMarks = segCfg.Marks
+	cfg.IDKey = testFingerprint // every node holds the tests' ID key unless tweak says otherwise
 	if tweak != nil {
 		tweak(&cfg)
 	}

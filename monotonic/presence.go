@@ -46,7 +46,7 @@ func (m *Manager) presenceKey() string { return presencePrefix + m.instance }
 
 // writePresence writes this dispenser's presence record with the marks applied now.
 func (m *Manager) writePresence(ctx context.Context) error {
-	rec := presenceRecord{Node: m.cfg.NodeID, Marks: m.applied.Load(), Features: []string{featureRanges}}
+	rec := presenceRecord{Node: m.cfg.NodeID, Marks: m.applied.Load(), Features: []string{featureRanges}, IDKey: m.cfg.IDKey}
 	m.mu.Lock()
 	now := m.now()
 	for tag, at := range m.busy {

@@ -354,22 +354,40 @@ func (m *Manager) writeBackRange(name string) {
 // or a narrow one past its width), naming it.
 var ErrRangesUnknown = fmt.Errorf("%w: a dispenser of this deployment knows no tag ranges", wire.ErrUnavailable)
 
-// RangesKnown returns nil when every dispenser with a presence record knows tag
-// ranges, and an error wrapping ErrRangesUnknown naming those that do not.
-func (m *Manager) RangesKnown(ctx context.Context) error {
+// ErrKeyMissing is returned by SetRange for an opaque range while a dispenser of the
+// deployment lacks its ID key: it runs on in the queue group (it started before the
+// first opaque tag, when none was needed) and would answer 503 for the tag's share of
+// requests. The operator gives it the key, or stops it, first.
+var ErrKeyMissing = fmt.Errorf("%w: a dispenser of this deployment lacks the tag's ID key", wire.ErrConflict)
+
+// CanServeRange returns nil when every dispenser with a presence record knows tag
+// ranges and, for an opaque r, holds its key; else an error wrapping ErrRangesUnknown
+// or ErrKeyMissing naming those that do not.
+func (m *Manager) CanServeRange(ctx context.Context, r wire.TagRange) error {
 	recs, err := m.presenceRecords(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: monotonic: %w", wire.ErrUnavailable, err)
 	}
-	var old []string
+	var old, keyless []string
 	for _, rec := range recs {
-		if !slices.Contains(rec.Features, featureRanges) {
+		switch {
+		case !slices.Contains(rec.Features, featureRanges):
 			old = append(old, cmpName(rec.Node))
+		case r.Opaque && rec.IDKey != r.Key:
+			has := "no ID key, or a version from before this check"
+			if rec.IDKey != "" {
+				has = "key fingerprint " + wire.Quote(rec.IDKey[:min(len(rec.IDKey), 64)])
+			}
+			keyless = append(keyless, fmt.Sprintf("%s (%s)", cmpName(rec.Node), has))
 		}
 	}
 	if len(old) > 0 {
 		slices.Sort(old)
 		return fmt.Errorf("%w: %s %s a version of leafbus that knows no opaque tags or tag widths, and would serve the tag without its range: upgrade every dispenser first", ErrRangesUnknown, plural(len(old), "dispenser", "dispensers"), strings.Join(old, ", ")+" "+plural(len(old), "runs", "run"))
+	}
+	if len(keyless) > 0 {
+		slices.Sort(keyless)
+		return fmt.Errorf("%w: fingerprint %s: %s would answer 503 for it; give the key (--id-key-file) and restart, or stop them first (docs/design.md#opaque-tags-and-ids-in-a-browser)", ErrKeyMissing, r.Key, strings.Join(keyless[:min(len(keyless), 16)], ", "))
 	}
 	return nil
 }
@@ -410,7 +428,7 @@ func (m *Manager) SetRange(ctx context.Context, tag string, r wire.TagRange) err
 	if mem, ok := m.memory.rangeOf(tag); ok && (mem.Opaque || r.Opaque) && mem != r {
 		return fmt.Errorf("%w: tag %q: this dispenser remembers serving it as %s, not %s", ErrRangeConflict, tag, mem, r)
 	}
-	if err := m.RangesKnown(ctx); err != nil {
+	if err := m.CanServeRange(ctx, r); err != nil {
 		return err
 	}
 	rev, err := m.putOptions(ctx, tag, func(old tagOptions, _, _ bool) (tagOptions, bool) {
@@ -421,18 +439,18 @@ func (m *Manager) SetRange(ctx context.Context, tag string, r wire.TagRange) err
 		return err
 	}
 	m.log.Info("monotonic: tag range written", "tag", tag, "range", r)
-	return m.waitAllApplied(ctx, tag, rev)
+	return m.waitAllApplied(ctx, tag, r, rev)
 }
 
 // waitAllApplied waits until every dispenser with a presence record has taken in the
 // write of <prefix>_tagopts at revision rev and knows ranges, LeaseTTL/2 at most,
 // and fails (503) when one has not by then.
-func (m *Manager) waitAllApplied(ctx context.Context, tag string, rev uint64) error {
+func (m *Manager) waitAllApplied(ctx context.Context, tag string, r wire.TagRange, rev uint64) error {
 	deadline := m.now() + m.cfg.LeaseTTL/2
 	for {
 		behind, _, err := m.presenceBehind(ctx, rev, "")
 		if err == nil && len(behind) == 0 {
-			if err = m.RangesKnown(ctx); err == nil {
+			if err = m.CanServeRange(ctx, r); err == nil {
 				return nil
 			}
 			return err

@@ -244,3 +244,39 @@ func rememberedRanges(t testing.TB, e *env, name string) (map[string]bool, map[s
 	}
 	return m.all(), m.allRanges()
 }
+
+// TestOpaqueRangeNeedsEveryKey: while a dispenser without the ID key runs (started before
+// any opaque tag needed one), or one with another key, an opaque range is refused (409)
+// naming it and nothing is written; a narrow range, which needs no key, is not; once
+// the dispenser is gone, the opaque range is written.
+func TestOpaqueRangeNeedsEveryKey(t *testing.T) {
+	e := newEnv(t)
+	withKey := func(fp string) func(*Config) { return func(c *Config) { c.IDKey = fp } }
+	a := e.startNode("keyed", false, withKey(testFingerprint))
+	ctx := testutil.Context(t, 60*time.Second)
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opaque := wire.TagRange{Bits: 53, Opaque: true, Key: testFingerprint}
+	for _, other := range []struct{ node, key, says string }{
+		{"keyless", "", "keyless (no ID key"},
+		{"otherkey", strings.Repeat("b", len(testFingerprint)), `otherkey (key fingerprint "bbbb`},
+	} {
+		b := e.startNode(other.node, false, withKey(other.key))
+		err := a.mgr.SetRange(ctx, "inv", opaque)
+		if !errors.Is(err, ErrKeyMissing) || !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), other.says) {
+			t.Fatalf("an opaque range beside %s = %v; want ErrKeyMissing (409) saying %q", other.node, err, other.says)
+		}
+		if _, ok := valueOf(t, optsBucketKV(t, js, e), "inv"); ok {
+			t.Fatal("an opaque range was refused, yet it was written")
+		}
+		if err := a.mgr.SetRange(ctx, "narrow-"+other.node, wire.TagRange{Bits: 40}); err != nil {
+			t.Fatalf("a narrow range beside %s: %v, want it written (it needs no key)", other.node, err)
+		}
+		b.stop()
+	}
+	if err := a.mgr.SetRange(ctx, "inv", opaque); err != nil {
+		t.Fatalf("an opaque range once every dispenser holds its key: %v", err)
+	}
+}

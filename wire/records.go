@@ -109,10 +109,12 @@ const PresencePrefix = "dispensers."
 // Presence is a dispenser's presence record in the leaders bucket: up to which
 // revision of the tag options bucket its view is complete, what its version knows that
 // earlier ones did not (Features: "tag-ranges"), and the tags marked monotonic within
-// the last lease TTL that it had served as ordinary tags when it took the mark in.
+// the last lease TTL that it had served as ordinary tags when it took the mark in, and
+// the fingerprint of the ID key of opaque tags it holds (IDKey, "" without one).
 type Presence struct {
 	Node     string   `json:"node"`
 	Marks    uint64   `json:"marks"`
 	Features []string `json:"features,omitempty"`
 	Busy     []string `json:"busy,omitempty"`
+	IDKey    string   `json:"id_key,omitempty"`
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,6 +169,22 @@ func TestOpaqueFleet(t *testing.T) {
 	f := startFleet(t, 3, "--id-key-file", keyFile)
 	ctx := testutil.Context(t, 3*time.Minute)
 	step, on, bits := int64(50), true, 53
+	// A dispenser without the key, started before any opaque tag (when none was needed),
+	// serves on in the queue group: adding an opaque tag is refused (409) naming it,
+	// and nothing is added; once it has stopped, the tag is added.
+	keyless := startProcess(t, "--nats", f.nats.URL(), "--data-dir", t.TempDir(), "--node-id", "keyless", "--http", "", "--sample-tag=false")
+	_, err := f.admin.AddTag(ctx, wire.AddTagRequest{Tag: "inv", Step: &step, Opaque: &on, Bits: &bits})
+	if !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), "keyless (no ID key") {
+		t.Fatalf("add an opaque tag beside a dispenser without the key = %v; want a 409 naming it", err)
+	}
+	if tags, err := f.admin.Tags(ctx); err != nil || slices.ContainsFunc(tags, func(ti wire.TagInfo) bool { return ti.Tag == "inv" }) {
+		t.Fatalf("after the refused add: tags %v, %v; want no inv", tags, err)
+	}
+	keyless.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-keyless.done; err != nil {
+		t.Fatalf("the keyless dispenser's clean stop: %v", err)
+	}
+	keyless.done <- nil // for its cleanup
 	info, err := f.admin.AddTag(ctx, wire.AddTagRequest{Tag: "inv", Step: &step, Opaque: &on, Bits: &bits})
 	if err != nil || !info.Opaque || info.Bits != 53 {
 		t.Fatalf("add opaque tag = %+v, %v", info, err)
