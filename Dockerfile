@@ -10,8 +10,13 @@ RUN go mod download
 COPY . .
 # CGO off: a static binary that runs on scratch. -trimpath keeps build paths out of it.
 ENV CGO_ENABLED=0
-RUN go build -trimpath -ldflags='-s -w' -o /out/dispenser ./cmd/dispenser \
- && go build -trimpath -ldflags='-s -w' -o /out/bench ./cmd/bench \
+# The version and revision `dispenser version` prints, stamped as make release stamps its
+# binaries: the build context holds no .git, so the toolchain cannot. make image passes
+# them from git; left empty, the binaries say "(devel)".
+ARG VERSION=""
+ARG REVISION=""
+RUN go build -trimpath -ldflags="-s -w -X github.com/leafbus/leafbus/internal/buildinfo.linkVersion=${VERSION} -X github.com/leafbus/leafbus/internal/buildinfo.linkRevision=${REVISION}" -o /out/dispenser ./cmd/dispenser \
+ && go build -trimpath -ldflags="-s -w -X github.com/leafbus/leafbus/internal/buildinfo.linkVersion=${VERSION} -X github.com/leafbus/leafbus/internal/buildinfo.linkRevision=${REVISION}" -o /out/bench ./cmd/bench \
  && mkdir -p /out/data
 
 # Run stage: nothing but the binaries, the CA roots (a tls:// server with a public

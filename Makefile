@@ -20,7 +20,7 @@ DEPS_FILES += /usr/bin/javac /usr/share/java/spring3-web.jar /usr/share/java/jac
 DEPS_PKGS += systemd prometheus
 DEPS_FILES += /usr/bin/systemd-analyze /usr/bin/promtool
 
-.PHONY: all test deps build vet fmt bench fuzz alloc release release-ldflags
+.PHONY: all test deps build vet fmt bench fuzz alloc release release-ldflags image
 
 all: build
 
@@ -71,6 +71,12 @@ release:
 	done
 	cd $(DIST) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') > SHA256SUMS
 	@cat $(DIST)/SHA256SUMS
+
+# image: the Docker image (Dockerfile), tagged and stamped with the version and revision
+# make release stamps (the build context holds no .git). Needs a Docker engine.
+IMAGE_TAG = $(or $(RELEASE_VERSION),devel)
+image:
+	docker build --build-arg VERSION=$(RELEASE_VERSION) --build-arg REVISION=$(RELEASE_REVISION) -t leafbus:$(IMAGE_TAG) .
 
 # release-ldflags prints the linker flags release builds with (its test reads them).
 release-ldflags:

@@ -1,7 +1,9 @@
 package buildinfo
 
 import (
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -41,5 +43,57 @@ func TestMakeRelease(t *testing.T) {
 	}
 	if want := "(rev " + strings.TrimSpace(string(rev))[:revisionLen]; !strings.Contains(string(got), want) {
 		t.Errorf("built with make release's linker flags %s, the program prints %q, want %q in it", flags, got, want)
+	}
+}
+
+// TestImageStampedAsRelease: the Dockerfile stamps both binaries through the same
+// variables as make release (the image's build context holds no .git, so the toolchain
+// cannot), from build arguments that make image passes from git; and a program built with
+// the Dockerfile's flags, the arguments filled in, prints them.
+func TestImageStampedAsRelease(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfile := string(b)
+	for _, arg := range []string{"ARG VERSION=", "ARG REVISION="} {
+		if !strings.Contains(dockerfile, arg) {
+			t.Errorf("the Dockerfile declares no %s", arg)
+		}
+	}
+	ldflags := regexp.MustCompile(`-ldflags="([^"]*)" -o /out/(\w+) `).FindAllStringSubmatch(dockerfile, -1)
+	if len(ldflags) != 2 {
+		t.Fatalf("the Dockerfile's builds with -ldflags: %q, want the dispenser's and bench's", ldflags)
+	}
+	for _, want := range []string{"linkVersion=${VERSION}", "linkRevision=${REVISION}"} {
+		for _, f := range ldflags {
+			if !strings.Contains(f[1], "github.com/leafbus/leafbus/internal/buildinfo."+want) {
+				t.Errorf("the Dockerfile's build of %s: -ldflags %q, want -X ...buildinfo.%s", f[2], f[1], want)
+			}
+		}
+	}
+
+	out, err := exec.Command("make", "-C", "../..", "-n", "--no-print-directory", "image").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n image: %v\n%s", err, out)
+	}
+	rev, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("no git revision here (%v)", err)
+	}
+	if want := "--build-arg REVISION=" + strings.TrimSpace(string(rev)); !strings.Contains(string(out), want) || !strings.Contains(string(out), "--build-arg VERSION=") {
+		t.Errorf("make -n image: %s, want it to pass VERSION and %s", out, want)
+	}
+
+	flags := strings.NewReplacer("${VERSION}", "v9.8.7", "${REVISION}", "0123456789abcdef").Replace(ldflags[0][1])
+	got, err := exec.Command("go", "run", "-ldflags", flags, "./testdata/printversion").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run -ldflags %s: %v\n%s", flags, err, got)
+	}
+	if want := "v9.8.7 (rev 0123456789ab"; !strings.Contains(string(got), want) {
+		t.Errorf("built with the Dockerfile's linker flags, the program prints %q, want %q in it", got, want)
 	}
 }
