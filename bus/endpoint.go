@@ -32,7 +32,7 @@ type endpoint struct {
 	kind          wire.Kind // of an ID endpoint, whose core figures its $SRV.STATS data shows
 	isIDs         bool      // an ID endpoint
 
-	requests atomic.Uint64 // every request delivered, counted once handled
+	requests atomic.Uint64 // every request delivered, counted before it is handled
 	errors   atomic.Uint64 // error replies sent, and requests NATS dropped (slow consumer)
 	busy     atomic.Int64  // ns spent handling requests on the delivery goroutine
 	lastErr  atomic.Pointer[string]
@@ -53,13 +53,16 @@ type endpoint struct {
 func (s *Service) deliver(e *endpoint) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		start := s.now()
+		// Counted before the reply goes out, so that a client that has its answer finds
+		// it in $SRV.STATS (counted after, a stats request sent on receipt of the answer
+		// could overtake the count: seen under load).
+		e.requests.Add(1)
 		var o outcome
 		if s.guard.allow(e.name, &e.refused, m.Subject, m.Reply) {
 			o = e.handle(e, m, start)
 		}
 		took := s.now() - start
 		e.busy.Add(int64(took))
-		e.requests.Add(1)
 		if o.kind != "" && s.observer != nil {
 			s.observer.Observe(wire.TransportNATS, o.kind, o.code, took.Seconds(), o.ids)
 		}
