@@ -311,7 +311,7 @@ func TestPortTakenIsDetected(t *testing.T) {
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
 		second := &MariaDBServer{paths: debianMariaDBPaths(), dir: dir, port: running.port}
-		if err := copyDir(tpl, second.dataDir()); err != nil {
+		if err := second.populate(tpl); err != nil {
 			t.Fatal(err)
 		}
 		err = second.launch(false)
