@@ -89,10 +89,10 @@ fmt:
 # manifests' checks (deploy/kubernetes, a module of its own: k8s.io stays out of go.mod);
 # then the allocation tests, which the race detector's own allocations make skip,
 # without it; then every fuzz target for a count of inputs; then the Node.js client's
-# tests (test-js). 7m32s on 2 cores from a fresh clone (2026-11-29); four test binaries at once
-# (-p 4) took 5 minutes but the extra load still makes load-sensitive tests fail
-# (TestSlowReadersDoNotCount), so it waits until they are found at their root; the
-# timeout is the backstop for a hang.
+# tests (test-js). Four test binaries at once (TEST_P): most packages wait on the servers
+# they start, so the CPU stays about a third idle even then. 5m36s and 6m03s on 2 cores from
+# a fresh clone (2026-11-29); 7m32s at TEST_P=2. A test that fails under this load is a bug
+# to find at its root (docs/testing.md). The timeout is the backstop for a hang.
 TEST_P ?= 4
 test: deps
 	$(GO) vet ./...
