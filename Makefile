@@ -92,8 +92,9 @@ fmt:
 # then the allocation tests, which the race detector's own allocations make skip,
 # without it; then every fuzz target for a count of inputs; then the Node.js client's
 # tests (test-js). Four test binaries at once (TEST_P): most packages wait on the servers
-# they start, so the CPU stays about a third idle even then. 5m36s and 6m03s on 2 cores from
-# a fresh clone (2026-11-29); 7m32s at TEST_P=2. A test that fails under this load is a bug
+# they start, so the CPU stays about a third idle even then. 5m36s to 6m07s on 2 cores from
+# a fresh clone with the Go build cache warm (four green runs, 2026-11-29), 14m00s with it
+# empty; 7m32s at TEST_P=2. A test that fails under this load is a bug
 # to find at its root (docs/testing.md). The timeout is the backstop for a hang.
 TEST_P ?= 4
 test: deps
