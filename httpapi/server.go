@@ -294,13 +294,10 @@ func (s *Server) Listen(explicit bool) error {
 	if ln == nil {
 		return fmt.Errorf("http: no address to listen on")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln != nil {
+	if err := s.UseListener(ln); err != nil {
 		ln.Close()
-		return fmt.Errorf("http: already listening on %s", s.ln.Addr())
+		return err
 	}
-	s.ln = ln
 	return nil
 }
 
