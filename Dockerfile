@@ -15,8 +15,9 @@ ENV CGO_ENABLED=0
 # them from git; left empty, the binaries say "(devel)".
 ARG VERSION=""
 ARG REVISION=""
-RUN go build -trimpath -ldflags="-s -w -X github.com/leafbus/leafbus/internal/buildinfo.linkVersion=${VERSION} -X github.com/leafbus/leafbus/internal/buildinfo.linkRevision=${REVISION}" -o /out/dispenser ./cmd/dispenser \
- && go build -trimpath -ldflags="-s -w -X github.com/leafbus/leafbus/internal/buildinfo.linkVersion=${VERSION} -X github.com/leafbus/leafbus/internal/buildinfo.linkRevision=${REVISION}" -o /out/bench ./cmd/bench \
+ENV LDFLAGS="-s -w -X github.com/leafbus/leafbus/internal/buildinfo.linkVersion=${VERSION} -X github.com/leafbus/leafbus/internal/buildinfo.linkRevision=${REVISION}"
+RUN go build -trimpath -ldflags="$LDFLAGS" -o /out/dispenser ./cmd/dispenser \
+ && go build -trimpath -ldflags="$LDFLAGS" -o /out/bench ./cmd/bench \
  && mkdir -p /out/data
 
 # Run stage: nothing but the binaries, the CA roots (a tls:// server with a public

@@ -64,15 +64,19 @@ func TestImageStampedAsRelease(t *testing.T) {
 			t.Errorf("the Dockerfile declares no %s", arg)
 		}
 	}
-	ldflags := regexp.MustCompile(`-ldflags="([^"]*)" -o /out/(\w+) `).FindAllStringSubmatch(dockerfile, -1)
-	if len(ldflags) != 2 {
-		t.Fatalf("the Dockerfile's builds with -ldflags: %q, want the dispenser's and bench's", ldflags)
+	// The flags are set once (ENV LDFLAGS) and every binary is built with them.
+	def := regexp.MustCompile(`(?m)^ENV LDFLAGS="([^"]*)"$`).FindStringSubmatch(dockerfile)
+	if def == nil {
+		t.Fatal(`the Dockerfile sets no ENV LDFLAGS="..."`)
 	}
 	for _, want := range []string{"linkVersion=${VERSION}", "linkRevision=${REVISION}"} {
-		for _, f := range ldflags {
-			if !strings.Contains(f[1], "github.com/leafbus/leafbus/internal/buildinfo."+want) {
-				t.Errorf("the Dockerfile's build of %s: -ldflags %q, want -X ...buildinfo.%s", f[2], f[1], want)
-			}
+		if !strings.Contains(def[1], "github.com/leafbus/leafbus/internal/buildinfo."+want) {
+			t.Errorf("the Dockerfile's LDFLAGS %q, want -X ...buildinfo.%s", def[1], want)
+		}
+	}
+	for _, bin := range []string{"dispenser", "bench"} {
+		if !strings.Contains(dockerfile, `-ldflags="$LDFLAGS" -o /out/`+bin+" ./cmd/"+bin) {
+			t.Errorf("the Dockerfile does not build %s with -ldflags=\"$LDFLAGS\"", bin)
 		}
 	}
 
@@ -88,7 +92,7 @@ func TestImageStampedAsRelease(t *testing.T) {
 		t.Errorf("make -n image: %s, want it to pass VERSION and %s", out, want)
 	}
 
-	flags := strings.NewReplacer("${VERSION}", "v9.8.7", "${REVISION}", "0123456789abcdef").Replace(ldflags[0][1])
+	flags := strings.NewReplacer("${VERSION}", "v9.8.7", "${REVISION}", "0123456789abcdef").Replace(def[1])
 	got, err := exec.Command("go", "run", "-ldflags", flags, "./testdata/printversion").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go run -ldflags %s: %v\n%s", flags, err, got)
