@@ -319,8 +319,20 @@ func (d *Dispenser) remarkMonotonic(ctx context.Context, rec wire.Deployment) {
 	if err != nil {
 		return // the watch tries again at its next read
 	}
-	for _, tag := range rec.MonotonicTags {
-		if marked[tag] {
+	lost := slices.DeleteFunc(slices.Clone(rec.MonotonicTags), func(tag string) bool { return marked[tag] })
+	if len(lost) == 0 {
+		return
+	}
+	// rec was read before the marks: an unmark in between (core records it first and
+	// writes the mark after) would look like a lost mark and be undone. A record read
+	// after the marks is as new as they are; a tag that record still lists and they
+	// lack was lost, or is being marked (written there first) and is marked either way.
+	now, err := d.records.Get(ctx)
+	if err != nil {
+		return // the watch tries again at its next read
+	}
+	for _, tag := range lost {
+		if !slices.Contains(now.Record.MonotonicTags, tag) {
 			continue
 		}
 		if err := d.mono.SetMonotonic(ctx, tag, true); err != nil {
