@@ -246,7 +246,11 @@ func (d *Dispenser) keyDifference(ranges []wire.DeployedRange, opts map[string]m
 // the raw ones it served). An entry that names another range than the tag's own is
 // refused, never applied. running says the dispenser serves: it has served those tags
 // as their own state says, so a doubt is refused too; the refusals are kept for
-// /readyz, the status page and the metric, and logged once.
+// /readyz, the status page and the metric, and logged once. A running dispenser refuses
+// an entry only when two reads in a row find it so: an admin call writes a range to the
+// record first and to the tag options after, and a read between the two would refuse
+// (and write the record back without) the range being set. The first finding is
+// returned among doubts: neither applied nor refused.
 func (d *Dispenser) checkRanges(ctx context.Context, rec wire.Deployment, opts map[string]monotonic.Options, running bool) (accepted, doubts []wire.DeployedRange, err error) {
 	refused := map[string]string{}
 	var inStore map[string]bool
@@ -281,6 +285,18 @@ func (d *Dispenser) checkRanges(ctx context.Context, rec wire.Deployment, opts m
 		}
 	}
 	d.rangeMu.Lock()
+	if running {
+		held := map[string]string{}
+		for _, r := range rec.TagRanges {
+			why, ok := refused[r.Tag]
+			if ok && d.refusedRanges[r.Tag] != why && d.heldRanges[r.Tag] != why {
+				held[r.Tag] = why
+				delete(refused, r.Tag)
+				doubts = append(doubts, r)
+			}
+		}
+		d.heldRanges = held
+	}
 	for tag, why := range refused {
 		if d.refusedRanges[tag] != why {
 			d.log.Error("a tag range of the deployment record contradicts the tag's own state: refused, never applied (a range comes only through `dispenser tag add`)", "tag", tag, "why", why)
@@ -307,9 +323,11 @@ func (d *Dispenser) remarkMonotonic(ctx context.Context, rec wire.Deployment) {
 	// A running dispenser knows its tags: an entry the tag's own state does not bear
 	// out is refused here too, doubts among them (it served the tag without it).
 	if opts, err := d.mono.TagOptions(ctx); err == nil {
-		if accepted, _, err := d.checkRanges(ctx, rec, opts, true); err == nil {
+		if accepted, held, err := d.checkRanges(ctx, rec, opts, true); err == nil {
 			d.mono.SetRecordedRanges(accepted)
-			d.settleRanges(ctx, rec, accepted, opts)
+			if len(held) == 0 { // else the next read settles them
+				d.settleRanges(ctx, rec, accepted, opts)
+			}
 		}
 	}
 	if len(rec.MonotonicTags) == 0 {

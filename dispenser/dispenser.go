@@ -80,6 +80,7 @@ type Dispenser struct {
 
 	rangeMu       sync.Mutex
 	refusedRanges map[string]string // tag: why the record's range for it is refused (checkRanges)
+	heldRanges    map[string]string // tag: why the last read would have refused it (checkRanges)
 
 	// closers undo what New built, in reverse order; Close is the only place they run.
 	closers []closer

@@ -308,3 +308,46 @@ func TestRecordNoKeyNoServing(t *testing.T) {
 		t.Errorf("the dispenser with the key after the refusals: %v", err)
 	}
 }
+
+// TestRecordRangeBeingSet: an admin call writes a tag's range to the record first and
+// to the tag's options after. A watch read between the two neither refuses the entry
+// nor writes the record back without it; the read after the second write takes it in.
+// (A forged entry is still refused, at its second read: TestRecordRangeForOrdinaryTag.)
+func TestRecordRangeBeingSet(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartNATS(t)
+	a, err := newTest(t, fleetNode(t, srv.URL(), "a"), withDeploymentEvery(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, a)
+	_, c := exactClient(t, a)
+	ctx := testutil.Context(t, 30*time.Second)
+	step := int64(100)
+	if _, err := c.AddTag(ctx, wire.AddTagRequest{Tag: "orders", Step: &step}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Segment(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	narrow := wire.TagRange{Bits: 40}
+	if err := deployment.SetRange(ctx, a.records, "orders", narrow, "a", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		a.remarkMonotonic(ctx, readRecord(t, srv))
+		if p := a.deploymentProblems(); len(p) > 0 {
+			t.Fatalf("%s: the range being set is refused: %v", when, p)
+		}
+		if got := readRecord(t, srv).TagRanges; len(got) != 1 || got[0].TagRange.Normal() != narrow.Normal() {
+			t.Fatalf("%s: the record's tag ranges = %v; want orders at 40 bits", when, got)
+		}
+	}
+	check("between the record and the tag's options")
+	if err := a.mono.SetRange(ctx, "orders", narrow); err != nil {
+		t.Fatal(err)
+	}
+	check("after both")
+	check("at the next read")
+}
