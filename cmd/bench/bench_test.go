@@ -119,9 +119,9 @@ func (f *fakeDispenser) tagCounts() map[string]int {
 }
 
 // testConfig is a short measured run against n: no warm-up, so every request counts.
-func testConfig(n *testenv.NATS) Config {
+func testConfig(natsURL string) Config {
 	cfg := defaultConfig()
-	cfg.Conn.URLs = n.URL()
+	cfg.Conn.URLs = natsURL
 	cfg.Warmup, cfg.Duration, cfg.Requests = 0, 0, 200
 	cfg.Timeout = 2 * time.Second
 	return cfg
@@ -194,7 +194,7 @@ func TestRunCountsEverything(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := testenv.StartNATS(t)
 			fake := startFake(t, n, tt.fake)
-			cfg := testConfig(n)
+			cfg := testConfig(n.URL())
 			cfg.Check = true
 			tt.setup(&cfg)
 			rep := runBounded(t, cfg)
@@ -270,7 +270,7 @@ func TestRunCountsEverything(t *testing.T) {
 
 func TestRunNoResponders(t *testing.T) {
 	n := testenv.StartNATS(t)
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.Requests = 20
 	rep := runBounded(t, cfg)
 	if got := rep.Dispenser.Errors[errKeyNoResponders]; got != 20 || rep.Dispenser.OK != 0 {
@@ -346,7 +346,7 @@ func TestRunEchoBaseline(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := testenv.StartNATS(t)
 			startFake(t, n, faults{})
-			cfg := testConfig(n)
+			cfg := testConfig(n.URL())
 			cfg.Baseline, cfg.EchoResponders, cfg.Batch = "echo", tt.responders, 10
 			if tt.rate > 0 {
 				cfg.Rate, cfg.Inflight = tt.rate, 1
@@ -617,7 +617,7 @@ func TestRunStopsOnInterrupt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := testenv.StartNATS(t)
 			fake := startFake(t, n, faults{})
-			cfg := testConfig(n)
+			cfg := testConfig(n.URL())
 			cfg.Requests, cfg.Duration, cfg.Rate = 0, 0, tt.rate // no end but the signal
 			if tt.rate > 0 {
 				cfg.Inflight = 1
@@ -664,7 +664,7 @@ func TestRunStopsOnInterrupt(t *testing.T) {
 // (PROTOCOL.md "Reply subjects").
 func TestEchoAnswersInboxesOnly(t *testing.T) {
 	n := testenv.StartNATS(t)
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	echo, err := startEcho(cfg.Conn, wire.Subjects{Prefix: cfg.Prefix}, newEchoPrefix(), []string{"t"}, [][]byte{[]byte("42")}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -695,7 +695,7 @@ func TestEchoAnswersInboxesOnly(t *testing.T) {
 func BenchmarkLoadgenEcho(b *testing.B) {
 	b.ReportAllocs()
 	n := testenv.StartNATS(b)
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.Clients, cfg.Inflight = 2, 16
 	echo, err := startEcho(cfg.Conn, wire.Subjects{Prefix: cfg.Prefix}, newEchoPrefix(), cfg.Tags, [][]byte{[]byte("1860000000000000001")}, 1, nil)
 	if err != nil {

@@ -61,7 +61,7 @@ func TestRunCPUPID(t *testing.T) {
 	}
 	n := testenv.StartNATS(t)
 	startFake(t, n, faults{})
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.CPUPIDs = map[string]int{"dispenser": os.Getpid()}
 	rep := runBounded(t, cfg)
 	if _, ok := rep.Dispenser.CPU["dispenser"]; !ok {

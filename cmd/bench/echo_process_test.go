@@ -22,7 +22,7 @@ func TestRunEchoProcessBaseline(t *testing.T) {
 	t.Setenv(envRunAsCommand, "1") // inherited by the child only: TestMain has run here
 	n := testenv.StartNATS(t)
 	startFake(t, n, faults{})
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.Baseline, cfg.Batch, cfg.exe = "echo,echo-process", 10, os.Args[0]
 	rep := runBounded(t, cfg)
 	for _, b := range []*BaselineReport{rep.Baseline, rep.BaselineProcess} {
@@ -71,7 +71,7 @@ func TestEchoAt(t *testing.T) {
 	}
 	go io.Copy(io.Discard, stdout)
 
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.Baseline, cfg.EchoAt, cfg.Batch = "echo-process", "_bench.echo.byhand", 3
 	rep := runBounded(t, cfg)
 	if b := rep.BaselineProcess; b == nil || b.Echo == nil || b.Echo.OK != cfg.Requests {

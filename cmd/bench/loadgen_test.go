@@ -1,13 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"io"
-	"net"
-	"net/url"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/leafbus/leafbus/internal/testutil"
 	"github.com/leafbus/leafbus/testenv"
@@ -17,16 +11,16 @@ import (
 // TestPublishAllocations: a NATS request costs the load client one allocation, the
 // reply subject's string; with the encoding header (binary) nats.go's encoding of the
 // header adds two (its buffer and the map's iterator), which nats.go leaves no way around.
-// The requests go to a subscriber outside nats.go (rawSink): an in-process subscriber, or
+// The requests go to a subscriber outside nats.go (testenv's Sink): an in-process subscriber, or
 // the server's no-responders replies, would allocate on other goroutines meanwhile, and
 // AllocsPerRun counts the whole process's allocations.
 func TestPublishAllocations(t *testing.T) {
 	if testutil.RaceEnabled {
 		t.Skip("allocation counts under -race include sync.Pool's deliberate drops")
 	}
-	n := testenv.StartNATS(t)
-	rawSink(t, n.URL(), "_bench.sink.>")
-	cfg := testConfig(n)
+	n := testenv.StartNATSProcess(t)
+	testenv.Sink(t, n.URL(), "_bench.sink.>")
+	cfg := testConfig(n.URL())
 	clients, err := connectClients(cfg, nil)
 	t.Cleanup(func() { closeClients(clients) })
 	if err != nil {
@@ -55,51 +49,4 @@ func TestPublishAllocations(t *testing.T) {
 			t.Errorf("%s: %v allocations per request, want %v", tt.enc, allocs, tt.want)
 		}
 	}
-}
-
-// rawSink subscribes to subject over a plain TCP connection speaking the NATS protocol,
-// and reads and drops whatever comes, without allocating per message.
-func rawSink(t *testing.T, natsURL, subject string) {
-	t.Helper()
-	u, err := url.Parse(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatalf("raw subscriber: %v", err)
-	}
-	fail := func(format string, args ...any) {
-		conn.Close()
-		t.Fatalf(format, args...)
-	}
-	if _, err := io.WriteString(conn, "CONNECT {\"verbose\":false,\"pedantic\":false}\r\nSUB "+subject+" 1\r\nPING\r\n"); err != nil {
-		fail("raw subscriber: %v", err)
-	}
-	r := bufio.NewReader(conn)
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a server that never answers fails the test, not hangs it
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			fail("raw subscriber: no PONG: %v", err)
-		}
-		if strings.HasPrefix(line, "PONG") {
-			break
-		}
-	}
-	_ = conn.SetReadDeadline(time.Time{})
-	done := make(chan struct{})
-	go func() { // ends when the cleanup closes the connection
-		defer close(done)
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := r.Read(buf); err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		conn.Close()
-		<-done
-	})
 }

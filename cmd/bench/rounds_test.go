@@ -12,7 +12,7 @@ import (
 func TestRunRounds(t *testing.T) {
 	n := testenv.StartNATS(t)
 	startFake(t, n, faults{})
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.Baseline, cfg.Rounds, cfg.Requests = "echo", 3, 301
 	rep := runBounded(t, cfg)
 	if rep.Dispenser.OK != 301 || len(rep.Dispenser.Errors) != 0 {
@@ -91,7 +91,7 @@ func TestBaselineSamplesAfterTheDispenser(t *testing.T) {
 	f.mu.Lock()
 	f.next = 1
 	f.mu.Unlock()
-	cfg := testConfig(n)
+	cfg := testConfig(n.URL())
 	cfg.Baseline = "echo"
 	rep := runBounded(t, cfg)
 	if b := rep.Baseline; b == nil || len(b.PayloadBytes) != 1 || b.PayloadBytes[0] != 3 {
