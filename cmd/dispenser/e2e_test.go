@@ -121,7 +121,7 @@ type process struct {
 }
 
 // connect connects to the process's NATS server with opts and returns the connection,
-// closed at the end of the test, and a leafbus client on it.
+// closed at the end of the test, and a leafbus client on it that does not hedge.
 func (p *process) connect(t testing.TB, opts ...nats.Option) (*nats.Conn, *client.Client) {
 	t.Helper()
 	nc, err := nats.Connect(p.url, opts...)
@@ -129,7 +129,10 @@ func (p *process) connect(t testing.TB, opts ...nats.Option) (*nats.Conn, *clien
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	c, err := client.NewClient(nc)
+	// No hedging, as testDispenser.client: the callers check exact IDs, and a hedged
+	// copy on a loaded machine takes IDs of its own (TestJavaLeafClient once read 3006
+	// for 3004).
+	c, err := client.NewClient(nc, client.WithHedge(0))
 	if err != nil {
 		t.Fatal(err)
 	}
