@@ -20,6 +20,14 @@ import (
 // own count, per subject), reads the watcher up to its marker, and then reads each key
 // the watcher has not delivered yet, one by one. Keys written while the listing runs may
 // or may not be in it; every key that existed before it began is.
+//
+// The marker can also never come: the watcher counts the messages pending when its
+// consumer was created, and in a bucket with a TTL (the worker ID leases) a message that
+// expires before it is delivered is never delivered, so the count is never reached and
+// no later message says nothing is pending until someone writes. The reading of the
+// watcher therefore also ends once every key the stream named was delivered, or once
+// it has delivered nothing for initialQuiet: the one-by-one reads cover the rest, and
+// read an expired key as gone.
 
 // Streams finds a bucket's stream (jetstream.JetStream does).
 type Streams interface {
@@ -58,7 +66,7 @@ func List(ctx context.Context, js Streams, kv jetstream.KeyValue) (map[string]je
 	}
 	seen := make(map[string]jetstream.KeyValueEntry, len(want))
 	if len(want) > 0 {
-		if err := readInitial(ctx, kv, seen); err != nil {
+		if err := readInitial(ctx, kv, want, seen, initialQuiet); err != nil {
 			return nil, err
 		}
 	}
@@ -77,14 +85,22 @@ func List(ctx context.Context, js Streams, kv jetstream.KeyValue) (map[string]je
 	return seen, nil
 }
 
-// readInitial reads a watch of every key up to its marker into seen, keeping each key's
-// highest revision (a key written meanwhile can come twice).
-func readInitial(ctx context.Context, kv jetstream.KeyValue, seen map[string]jetstream.KeyValueEntry) error {
+// initialQuiet is how long a listing's watch may deliver nothing before the listing
+// reads the keys it has not delivered one by one (see above).
+const initialQuiet = time.Second
+
+// readInitial reads a watch of every key into seen, keeping each key's highest revision
+// (a key written meanwhile can come twice), up to its marker, until every key of want
+// was delivered, or until it is quiet for quiet.
+func readInitial(ctx context.Context, kv jetstream.KeyValue, want map[string]struct{}, seen map[string]jetstream.KeyValueEntry, quiet time.Duration) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("KV bucket %s: watch: %w", kv.Bucket(), err)
 	}
 	defer StopWatcher(w)
+	silence := time.NewTimer(quiet)
+	defer silence.Stop()
+	left := len(want) // keys of want not delivered yet
 	for {
 		select {
 		case e, ok := <-w.Updates():
@@ -94,9 +110,18 @@ func readInitial(ctx context.Context, kv jetstream.KeyValue, seen map[string]jet
 			if e == nil {
 				return nil
 			}
-			if old, ok := seen[e.Key()]; !ok || e.Revision() > old.Revision() {
+			old, ok := seen[e.Key()]
+			if !ok || e.Revision() > old.Revision() {
 				seen[e.Key()] = e
 			}
+			if _, wanted := want[e.Key()]; wanted && !ok {
+				if left--; left == 0 {
+					return nil
+				}
+			}
+			silence.Reset(quiet)
+		case <-silence.C:
+			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("KV bucket %s: watch: %w", kv.Bucket(), ctx.Err())
 		}
