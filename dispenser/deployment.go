@@ -344,7 +344,8 @@ func (d *Dispenser) remarkMonotonic(ctx context.Context, rec wire.Deployment) {
 	// rec was read before the marks: an unmark in between (core records it first and
 	// writes the mark after) would look like a lost mark and be undone. A record read
 	// after the marks is as new as they are; a tag that record still lists and they
-	// lack was lost, or is being marked (written there first) and is marked either way.
+	// lack was lost, or is being marked (the mark is written before the record) and
+	// ends up marked either way.
 	now, err := d.records.Get(ctx)
 	if err != nil {
 		return // the watch tries again at its next read
