@@ -192,10 +192,11 @@ func OpenZKRegistry(ctx context.Context, cfg ZKRegistryConfig) (*ZKRegistry, err
 		stateCh: make(chan struct{}),
 	}
 	r.owner = r.loadOwner()
-	conn, err := newZKSession(func() (*zk.Conn, error) {
+	conn, err := newZKSession(func(dialer zk.Dialer, observe func(zk.Event)) (*zk.Conn, error) {
 		conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
 			zk.WithLogger(zkLogger{log: cfg.Logger.With("component", "go-zk"), granted: r.granted}),
-			zk.WithEventCallback(r.onEvent))
+			zk.WithDialer(dialer),
+			zk.WithEventCallback(func(ev zk.Event) { observe(ev); r.onEvent(ev) }))
 		if err != nil {
 			return nil, fmt.Errorf("connect to ZooKeeper %v: %w", cfg.Servers, err)
 		}
@@ -233,7 +234,8 @@ func (r *ZKRegistry) base() string { return "/snowflake/" + r.cfg.Name }
 // and reads the answers while it is still setting the session's watches again, reading
 // and writing its last-seen zxid unsynchronized (go-zookeeper/zk v1.0.4 conn.go,
 // sendSetWatches against recvLoop; harmless in itself, but a data race the race
-// detector reports). A call made just as a session comes back can still meet it.
+// detector reports). A call made just as a session comes back waits for go-zk to queue
+// its request that sets the watches again (zkResync).
 func (r *ZKRegistry) call(ctx context.Context, fn func() error) error {
 	if err := r.awaitSession(ctx); err != nil {
 		return err
@@ -272,7 +274,13 @@ func (r *ZKRegistry) awaitSession(ctx context.Context) error {
 		case closed:
 			return fmt.Errorf("ZooKeeper registry closed: %w", zk.ErrClosing)
 		case r.hasSession():
-			return nil
+			if r.resynced(ctx, changed) {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			continue // the state changed meanwhile
 		case tick == nil:
 			tick = time.NewTicker(zkSuperviseTick)
 			defer tick.Stop()
@@ -283,6 +291,30 @@ func (r *ZKRegistry) awaitSession(ctx context.Context) error {
 		case <-changed:
 		case <-tick.C:
 		}
+	}
+}
+
+// resynced waits until calls may use the session's connection (zkResync), at most
+// zkResyncMax; false when the session state changed meanwhile or ctx ended (awaitSession
+// looks again).
+func (r *ZKRegistry) resynced(ctx context.Context, changed <-chan struct{}) bool {
+	settled := r.conn.settled()
+	select {
+	case <-settled:
+		return true
+	default:
+	}
+	bound := time.NewTimer(zkResyncMax)
+	defer bound.Stop()
+	select {
+	case <-settled:
+		return true
+	case <-bound.C:
+		return true
+	case <-changed:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 

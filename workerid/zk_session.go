@@ -54,21 +54,40 @@ var errSessionClosed = errors.New("ZooKeeper registry closed")
 // when it was replaced fails (zk.ErrClosing) and is retried by its caller like any
 // other failed call; a watch set on it ends with an EventNotWatching and is set again.
 type zkSession struct {
-	dial func() (*zk.Conn, error)
+	// dial makes a client that connects with dialer and tells observe its events
+	// (before anything else hears of them): zkResync's.
+	dial zkDial
 
 	mu       sync.RWMutex
 	conn     *zk.Conn
+	resync   *zkResync // conn's
 	closed   bool
 	replaced int
 	closing  sync.WaitGroup // replaced clients being closed (Close takes up to 1 s)
 }
 
-func newZKSession(dial func() (*zk.Conn, error)) (*zkSession, error) {
-	conn, err := dial()
+type zkDial func(dialer zk.Dialer, observe func(zk.Event)) (*zk.Conn, error)
+
+// dialResynced makes a client with its zkResync.
+func dialResynced(dial zkDial) (*zk.Conn, *zkResync, error) {
+	z := newZKResync()
+	conn, err := dial(z.dial, z.event)
+	return conn, z, err
+}
+
+func newZKSession(dial zkDial) (*zkSession, error) {
+	conn, z, err := dialResynced(dial)
 	if err != nil {
 		return nil, err
 	}
-	return &zkSession{dial: dial, conn: conn}, nil
+	return &zkSession{dial: dial, conn: conn, resync: z}, nil
+}
+
+// settled is closed once calls may use the client's current connection (zkResync).
+func (s *zkSession) settled() <-chan struct{} {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.resync.current()
 }
 
 func (s *zkSession) cur() *zk.Conn {
@@ -111,7 +130,7 @@ func (s *zkSession) Replaced() int {
 
 // replace dials a new client and closes the old one in the background.
 func (s *zkSession) replace() error {
-	conn, err := s.dial()
+	conn, z, err := dialResynced(s.dial)
 	if err != nil {
 		return err
 	}
@@ -122,7 +141,7 @@ func (s *zkSession) replace() error {
 		return errSessionClosed
 	}
 	old := s.conn
-	s.conn = conn
+	s.conn, s.resync = conn, z
 	s.replaced++
 	s.closing.Add(1)
 	s.mu.Unlock()

@@ -206,9 +206,10 @@ func TestZKRecycleLeaseSurvivesClientReplacement(t *testing.T) {
 
 // direct makes r's next clients dial servers, as they were not dialled before.
 func direct(r *ZKRegistry, servers []string) {
-	r.conn.dial = func() (*zk.Conn, error) {
-		conn, _, err := zk.Connect(servers, r.cfg.SessionTimeout,
-			zk.WithLogger(zkLogger{log: r.log, granted: r.granted}), zk.WithEventCallback(r.onEvent))
+	r.conn.dial = func(dialer zk.Dialer, observe func(zk.Event)) (*zk.Conn, error) {
+		conn, _, err := zk.Connect(servers, r.cfg.SessionTimeout, zk.WithDialer(dialer),
+			zk.WithLogger(zkLogger{log: r.log, granted: r.granted}),
+			zk.WithEventCallback(func(ev zk.Event) { observe(ev); r.onEvent(ev) }))
 		return conn, err
 	}
 }

@@ -73,6 +73,13 @@ func TestZKRecycleLeaseWatchDisconnected(t *testing.T) {
 	if st := h.hb.Stats(); st.LeaseLost || !st.LeaseWatched {
 		t.Fatalf("Stats() = %+v, want the lease kept and watched", st)
 	}
+	// The session resumed with the lease watch armed: go-zk set it again, and the
+	// registry saw its request (zkResync) rather than waiting its bound out.
+	select {
+	case <-r.conn.settled():
+	default:
+		t.Fatalf("the resumed connection is not settled (replacements %d)", r.conn.Replaced())
+	}
 }
 
 // Fail safe: a session that expired took the lease node along. The holder stays stopped
