@@ -50,7 +50,8 @@ vet:
 # RELEASE_PLATFORMS, as dist/<cmd>-<os>-<arch>, and dist/SHA256SUMS over them
 # (sha256sum -c SHA256SUMS checks a download). The version comes from the newest v* tag
 # (git describe; none: "(devel)") and the revision from git, stamped with -X into
-# internal/buildinfo: `dispenser version` prints them. internal/buildinfo's tests check
+# internal/buildinfo: `dispenser version` prints them, a build after a tag as
+# v1.2.4-dev.5.g0123abc, which semver orders after v1.2.3 (docs/compatibility.md). internal/buildinfo's tests check
 # this target with make -n and build with RELEASE_LDFLAGS; make test builds no release.
 RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 RELEASE_CMDS := dispenser bench

@@ -5,6 +5,7 @@
 package buildinfo
 
 import (
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -37,7 +38,7 @@ type Info struct {
 // machine whose GOFLAGS holds -buildvcs=false. Empty: the toolchain's stamp stands.
 // They are set by the linker only, never written at run time.
 var (
-	linkVersion  string // git describe of a v* tag, "v1.2.3"
+	linkVersion  string // git describe of a v* tag, "v1.2.3" (fromDescribe)
 	linkRevision string // git rev-parse HEAD
 	linkDirty    string // "true" when the tree had uncommitted changes
 )
@@ -54,13 +55,46 @@ func Read() Info {
 // withLinked puts what the linker stamped over what the toolchain did.
 func (i Info) withLinked(version, revision, dirty string) Info {
 	if version != "" {
-		i.Version = version
+		i.Version = fromDescribe(version)
 	}
 	if revision != "" {
 		i.Revision = revision[:min(len(revision), revisionLen)]
 		i.Dirty = dirty == "true"
 	}
 	return i
+}
+
+// describeAfterTag is what `git describe --tags --dirty` prints for a commit after a tag:
+// the tag, the commits since, the abbreviated revision, and "-dirty" for a changed tree.
+var describeAfterTag = regexp.MustCompile(`^(v[0-9]+\.[0-9]+\.)([0-9]+)(-[0-9A-Za-z.-]+?)?-([0-9]+)-g([0-9a-f]+)(-dirty)?$`)
+
+// fromDescribe makes what `git describe` printed (make release's version) a version that
+// semver orders as the builds were made. As printed, "v1.2.3-5-g0123abc" is a
+// pre-release of v1.2.3, older than the tag it comes after; it becomes
+// "v1.2.4-dev.5.g0123abc", after v1.2.3 and before v1.2.4, as Go's pseudo-versions do
+// (a pre-release tag's "v1.3.0-rc.1-5-g0123abc" becomes "v1.3.0-rc.1.dev.5.g0123abc").
+// "-dirty" becomes the build part "+dirty", as the Go toolchain stamps it. A tag as it
+// is, or anything else, is kept.
+func fromDescribe(v string) string {
+	base, dirty := v, ""
+	if b, ok := strings.CutSuffix(v, "-dirty"); ok {
+		base, dirty = b, "+dirty"
+	}
+	m := describeAfterTag.FindStringSubmatch(v)
+	if m == nil {
+		if isSemver(strings.TrimPrefix(base, "v")) {
+			return base + dirty
+		}
+		return v
+	}
+	if m[3] != "" { // after a pre-release tag: a later pre-release of the same version
+		return m[1] + m[2] + m[3] + ".dev." + m[4] + ".g" + m[5] + dirty
+	}
+	patch, err := strconv.ParseUint(m[2], 10, 64)
+	if err != nil {
+		return v
+	}
+	return m[1] + strconv.FormatUint(patch+1, 10) + "-dev." + m[4] + ".g" + m[5] + dirty
 }
 
 // FromBuildInfo reads an Info from what the toolchain stamped.

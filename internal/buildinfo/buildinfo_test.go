@@ -2,6 +2,7 @@ package buildinfo
 
 import (
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -57,6 +58,32 @@ func TestReadIsSemver(t *testing.T) {
 	// semantic: the NATS service API refuses anything else.
 	if v := Read().Semver(); !isSemver(v) {
 		t.Errorf("Read().Semver() = %q: not semantic", v)
+	}
+}
+
+// What make release stamps (git describe) is ordered as the builds were made: a build
+// after a tag sorts after it and before the next patch.
+func TestFromDescribe(t *testing.T) {
+	for describe, want := range map[string]string{
+		"v1.2.3":                     "v1.2.3",
+		"v1.2.3-dirty":               "v1.2.3+dirty",
+		"v1.2.3-5-g0123abc":          "v1.2.4-dev.5.g0123abc",
+		"v1.2.3-5-g0123abc-dirty":    "v1.2.4-dev.5.g0123abc+dirty",
+		"v1.2.9-12-gdeadbeef":        "v1.2.10-dev.12.gdeadbeef",
+		"v1.3.0-rc.1":                "v1.3.0-rc.1",
+		"v1.3.0-rc.1-5-g0123abc":     "v1.3.0-rc.1.dev.5.g0123abc",
+		"v1.3.0-rc-1-2-gabc1234":     "v1.3.0-rc-1.dev.2.gabc1234",
+		"0123abc":                    "0123abc", // no tag: kept, and not semantic (Semver says devel)
+		"(devel)":                    "(devel)",
+		"v1.2.3-5-g0123abc-dirtyish": "v1.2.3-5-g0123abc-dirtyish",
+	} {
+		got := fromDescribe(describe)
+		if got != want {
+			t.Errorf("fromDescribe(%q) = %q, want %q", describe, got, want)
+		}
+		if strings.HasPrefix(want, "v") && !isSemver(strings.TrimPrefix(got, "v")) {
+			t.Errorf("fromDescribe(%q) = %q: not semantic", describe, got)
+		}
 	}
 }
 
