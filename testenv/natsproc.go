@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -23,10 +24,17 @@ type NATSProcess struct {
 	url string
 }
 
-// StartNATSProcess builds and starts the server for tb and kills it at cleanup.
+// StartNATSProcess builds and starts the server for tb and kills it at cleanup. It is
+// started as testenv starts MariaDB and ZooKeeper (startProc: killed with the test
+// binary, its output in a log whose tail a failure shows).
 func StartNATSProcess(tb testing.TB) *NATSProcess {
 	tb.Helper()
-	bin := filepath.Join(tb.TempDir(), "nats-server")
+	dir, err := newDir("nats")
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "nats-server")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
 		tb.Fatalf("testenv: build nats-server: %v\n%s", err, out)
 	}
@@ -37,29 +45,24 @@ func StartNATSProcess(tb testing.TB) *NATSProcess {
 			tb.Fatalf("testenv: %v", err)
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
-		if err := cmd.Start(); err != nil {
-			tb.Fatalf("testenv: start nats-server: %v", err)
+		p, err := startProc(bin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)}, dir, filepath.Join(dir, "nats-server.log"))
+		if err != nil {
+			tb.Fatalf("testenv: %v", err)
 		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if last = waitForINFO(addr, exited, 10*time.Second); last == nil {
-			tb.Cleanup(stop)
+		if last = waitForINFO(addr, p, 10*time.Second); last == nil {
+			tb.Cleanup(func() { _ = p.kill() })
 			return &NATSProcess{url: "nats://" + addr}
 		}
-		stop()
+		_ = p.kill()
+		last = fmt.Errorf("%w\n%s", last, p.tail())
 	}
 	tb.Fatalf("testenv: nats-server not ready: %v", last)
 	return nil
 }
 
-// waitForINFO waits until a server answers on addr with its INFO line, the process
-// exits, or d passes.
-func waitForINFO(addr string, exited <-chan error, d time.Duration) error {
+// waitForINFO waits until a server answers on addr with its INFO line, p exits, or d
+// passes.
+func waitForINFO(addr string, p *proc, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
@@ -73,12 +76,12 @@ func waitForINFO(addr string, exited <-chan error, d time.Duration) error {
 			err = fmt.Errorf("no INFO line from %s: %w", addr, rerr)
 		}
 		select {
-		case werr := <-exited:
-			return fmt.Errorf("it exited (%v)", werr)
+		case <-p.done:
+			return errExited
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("within %v: %w", d, err)
+			return fmt.Errorf("%w within %v: %w", errNotReady, d, err)
 		}
 	}
 }
