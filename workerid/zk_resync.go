@@ -57,7 +57,7 @@ func (z *zkResync) dial(network, address string, timeout time.Duration) (net.Con
 	if !z.armed {
 		close(z.settled)
 	}
-	return &zkFrameConn{Conn: c, z: z, settled: z.settled}, nil
+	return &zkFrameConn{Conn: c, settled: z.settled}, nil
 }
 
 // event sees the client's session events: an expired session took its watches along.
@@ -87,7 +87,6 @@ func (z *zkResync) current() <-chan struct{} {
 // the connection.
 type zkFrameConn struct {
 	net.Conn
-	z       *zkResync
 	settled chan struct{}
 
 	order  sync.Mutex // a write releases it before the bytes go out, a read takes it after they came

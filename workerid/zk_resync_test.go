@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/leafbus/leafbus/internal/testutil"
+	"github.com/leafbus/leafbus/testenv"
 )
 
 // A connection of a client that has had a session settles at go-zk's setWatches
@@ -85,5 +88,61 @@ func TestZKResyncSettlesAtSetWatches(t *testing.T) {
 	dial(z)
 	if !isSettled(z) {
 		t.Fatal("the connection after an expired session (no watches left) is not settled")
+	}
+}
+
+// A registry call on an unsettled connection waits for it to settle, or for zkResyncMax
+// when it never does (no watch to set again): never before either.
+func TestZKCallWaitsForResync(t *testing.T) {
+	t.Parallel()
+	srv := testenv.ZooKeeper(t)
+	name := zkTestName(t, srv, srv.Connect(t))
+	r := openZK(t, zkConfig(srv.Servers(), name, "10.0.0.1:8080"))
+	ctx := testutil.Context(t, 30*time.Second)
+	if !r.waitSession(ctx, 10*time.Second) {
+		t.Fatal("no ZooKeeper session")
+	}
+	unsettle := func() chan struct{} {
+		r.conn.mu.RLock()
+		z := r.conn.resync
+		r.conn.mu.RUnlock()
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		z.settled = make(chan struct{})
+		return z.settled
+	}
+	call := func() (began time.Time, ran <-chan time.Time) {
+		out := make(chan time.Time, 1)
+		began = time.Now()
+		go func() { _ = r.call(ctx, func() error { out <- time.Now(); return nil }) }()
+		return began, out
+	}
+
+	settled := unsettle()
+	began, ran := call()
+	select {
+	case at := <-ran:
+		if d := at.Sub(began); d < zkResyncMax {
+			t.Fatalf("the call ran %v after it was made, on an unsettled connection", d)
+		}
+		t.Log("the machine stalled past the bound before the connection was settled: nothing to tell")
+	case <-time.After(zkResyncMax / 5):
+		close(settled)
+		select {
+		case <-ran:
+		case <-ctx.Done():
+			t.Fatal("the call did not run once the connection settled")
+		}
+	}
+
+	unsettle() // never settled: the bound lets the call go on
+	began, ran = call()
+	select {
+	case at := <-ran:
+		if d := at.Sub(began); d < zkResyncMax {
+			t.Fatalf("the call ran %v after it was made, before the bound %v", d, zkResyncMax)
+		}
+	case <-ctx.Done():
+		t.Fatal("the call never ran on a connection that never settled")
 	}
 }
